@@ -1,0 +1,69 @@
+#include "ops/fused_ops.h"
+
+#include "ops/checks.h"
+
+#include <ATen/ops/empty.h>
+
+namespace hypatia::ops {
+
+// A product of sizes rather than numel / K, which is undefined when K == 0.
+int64_t batch_rows(const at::Tensor& input) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
+    rows *= input.size(d);
+  }
+  return rows;
+}
+
+at::Tensor unflatten_rows(const at::Tensor& out2d, const at::Tensor& input) {
+  auto shape = input.sizes().vec();
+  shape.back() = out2d.size(1);
+  return out2d.view(shape);
+}
+
+namespace {
+
+// out = act(x2d @ w.T + b), shaped like `input` with the last dim replaced by w.size(0).
+at::Tensor apply_layer(
+    LinearActOut layer, const at::Tensor& input, const at::Tensor& x2d, const at::Tensor& w,
+    const OptionalTensor& b, bool relu) {
+  at::Tensor out = at::empty({x2d.size(0), w.size(0)}, input.options());
+  layer(x2d, w, b, relu, out);
+  return unflatten_rows(out, input);
+}
+
+}  // namespace
+
+at::Tensor fused_linear_relu_with(
+    LinearActOut layer, const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
+  check_linear_args("fused_linear_relu", input, weight, bias);
+  at::Tensor x2d = input.reshape({batch_rows(input), input.size(-1)});
+  return apply_layer(layer, input, x2d, weight, bias, /*relu=*/true);
+}
+
+std::vector<at::Tensor> run_mlp_with(
+    LinearActOut layer,
+    const at::Tensor& input,
+    at::TensorList weights,
+    const OptionalTensorList& biases,
+    bool relu_last,
+    bool keep_hidden) {
+  check_mlp_args("fused_mlp", input, weights, biases);
+  const int64_t rows = batch_rows(input);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(weights.size());
+  at::Tensor h = input;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const bool relu = i + 1 < weights.size() || relu_last;
+    h = apply_layer(layer, input, h.reshape({rows, h.size(-1)}), weights[i], biases.get(i), relu);
+    if (keep_hidden) {
+      outputs.push_back(h);
+    }
+  }
+  if (!keep_hidden) {
+    outputs.push_back(h);
+  }
+  return outputs;
+}
+
+}  // namespace hypatia::ops

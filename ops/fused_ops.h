@@ -1,0 +1,66 @@
+#pragma once
+// Kernels behind the hypatia ops, one set per dispatch key. Shapes: input [*, K],
+// weight [N, K], bias [N]; "act" is ReLU when `relu` is set, identity otherwise.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/List.h>
+
+#include <optional>
+#include <vector>
+
+namespace hypatia::ops {
+
+using OptionalTensor = std::optional<at::Tensor>;
+using OptionalTensorList = c10::List<std::optional<at::Tensor>>;
+
+// out[M, N] = act(x[M, K] @ w.T + b); `out` is contiguous and already allocated.
+using LinearActOut = void (*)(
+    const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out);
+
+void linear_act_cpu_out(
+    const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out);
+#ifdef HYPATIA_WITH_CUDA
+void linear_act_cuda_out(
+    const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out);
+#endif
+
+// Rows of the [M, K] view of an input [*, K]: the product of its batch dims.
+int64_t batch_rows(const at::Tensor& input);
+// out2d [M, N] viewed with `input`'s batch dims: [*, N].
+at::Tensor unflatten_rows(const at::Tensor& out2d, const at::Tensor& input);
+
+// Device-generic drivers: flatten the batch dims, run `layer` once per linear layer.
+at::Tensor fused_linear_relu_with(
+    LinearActOut layer, const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
+// Every layer's output (after its activation) when keep_hidden, else only the last one.
+std::vector<at::Tensor> run_mlp_with(
+    LinearActOut layer,
+    const at::Tensor& input,
+    at::TensorList weights,
+    const OptionalTensorList& biases,
+    bool relu_last,
+    bool keep_hidden);
+
+// CPU
+at::Tensor fused_linear_relu_cpu(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
+at::Tensor fused_mlp_cpu(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+std::vector<at::Tensor> fused_mlp_forward_cpu(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+
+// CUDA
+#ifdef HYPATIA_WITH_CUDA
+at::Tensor fused_linear_relu_cuda(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
+at::Tensor fused_mlp_cuda(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+std::vector<at::Tensor> fused_mlp_forward_cuda(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+#endif
+
+// Meta (shapes only; also what FakeTensor and torch.compile trace with)
+at::Tensor fused_linear_relu_meta(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
+at::Tensor fused_mlp_meta(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+std::vector<at::Tensor> fused_mlp_forward_meta(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+
+}  // namespace hypatia::ops

@@ -1,0 +1,68 @@
+// Autograd for fused_linear_relu: the forward saves input, weight and a 1-byte ReLU mask
+// (not the output); the backward is dgrad / wgrad / bias-sum on the masked gradient.
+// Built from differentiable ATen ops, so double backward works too.
+#include "ops/fused_ops.h"
+#include "registration/op_calls.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+namespace hypatia {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
+ public:
+  static at::Tensor forward(
+      AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    at::Tensor out = op_calls::fused_linear_relu(input, weight, bias);
+    // Eager relu's backward zeroes the gradient where out <= 0 and passes it elsewhere, NaN included.
+    ctx->save_for_backward({input, weight, out.le(0)});
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& relu_blocked = saved[2];
+    const int64_t rows = ops::batch_rows(input);
+    const at::Tensor grad = grad_outputs[0].masked_fill(relu_blocked, 0).reshape({rows, weight.size(0)});
+
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(0)) {
+      grad_input = grad.mm(weight).view(input.sizes());
+    }
+    if (ctx->needs_input_grad(1)) {
+      grad_weight = grad.t().mm(input.reshape({rows, weight.size(1)}));
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      grad_bias = grad.sum(0);
+    }
+    return {grad_input, grad_weight, grad_bias};
+  }
+};
+
+bool any_requires_grad(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  return input.requires_grad() || weight.requires_grad() || (bias.has_value() && bias->requires_grad());
+}
+
+at::Tensor fused_linear_relu_autograd(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  if (!at::GradMode::is_enabled() || !any_requires_grad(input, weight, bias)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op_calls::fused_linear_relu(input, weight, bias);
+  }
+  return FusedLinearReLU::apply(input, weight, bias);
+}
+
+}  // namespace
+}  // namespace hypatia
+
+TORCH_LIBRARY_IMPL(hypatia, Autograd, m) {
+  m.impl("fused_linear_relu", &hypatia::fused_linear_relu_autograd);
+}

@@ -1,0 +1,125 @@
+// Autograd for fused_mlp: the forward keeps each layer's output (the next layer's input,
+// and the source of its ReLU mask); the backward walks the layers in reverse, masking the
+// gradient, then wgrad, bias sum and dgrad per layer.
+#include "ops/fused_ops.h"
+#include "registration/op_calls.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+namespace hypatia {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using OptionalTensorList = c10::List<std::optional<at::Tensor>>;
+
+class FusedMLP : public torch::autograd::Function<FusedMLP> {
+ public:
+  // `present_biases` holds the biases that are not None, in layer order (autograd takes a
+  // TensorList, and an undefined tensor cannot be one of its inputs); `has_bias` says which.
+  static at::Tensor forward(
+      AutogradContext* ctx,
+      const at::Tensor& input,
+      at::TensorList weights,
+      at::TensorList present_biases,
+      const c10::List<bool>& has_bias,
+      bool relu_last) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    OptionalTensorList biases;
+    size_t next_bias = 0;
+    for (const bool present : has_bias) {
+      biases.push_back(present ? std::optional<at::Tensor>(present_biases[next_bias++]) : std::nullopt);
+    }
+    std::vector<at::Tensor> outputs = op_calls::fused_mlp_forward(input, weights, biases, relu_last);
+
+    // Saved: input, weights, outputs of layers 0..L-2, and the last output when ReLU follows it.
+    variable_list to_save = {input};
+    to_save.insert(to_save.end(), weights.begin(), weights.end());
+    to_save.insert(to_save.end(), outputs.begin(), outputs.end() - (relu_last ? 0 : 1));
+    ctx->save_for_backward(to_save);
+    ctx->saved_data["has_bias"] = has_bias;
+    ctx->saved_data["relu_last"] = relu_last;
+    return outputs.back();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    // The saved activations come from below autograd, so a graph of this backward would be wrong.
+    TORCH_CHECK(
+        !at::GradMode::is_enabled(),
+        "fused_mlp: double backward (create_graph=True) is not supported; "
+        "use hypatia::fused_linear_relu per layer, which supports it");
+    const variable_list saved = ctx->get_saved_variables();
+    const c10::List<bool> has_bias = ctx->saved_data["has_bias"].toBoolList();
+    const bool relu_last = ctx->saved_data["relu_last"].toBool();
+    const size_t layers = has_bias.size();
+    const at::Tensor& input = saved[0];
+    auto weight = [&](size_t i) -> const at::Tensor& { return saved[1 + i]; };
+    auto output = [&](size_t i) -> const at::Tensor& { return saved[1 + layers + i]; };
+    const int64_t rows = ops::batch_rows(input);
+    auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}); };
+
+    // Inputs as autograd numbers them: input, weights[0..L), present biases, has_bias, relu_last.
+    std::vector<size_t> bias_slot(layers);
+    size_t slots = 1 + layers;
+    for (size_t i = 0; i < layers; ++i) {
+      bias_slot[i] = has_bias.get(i) ? slots++ : 0;
+    }
+    variable_list grads(slots + 2);
+    at::Tensor grad = as_2d(grad_outputs[0]);
+    for (size_t i = layers; i-- > 0;) {
+      if (i + 1 < layers || relu_last) {
+        grad = grad.masked_fill(as_2d(output(i)).le(0), 0);
+      }
+      if (ctx->needs_input_grad(1 + i)) {
+        grads[1 + i] = grad.t().mm(i == 0 ? as_2d(input) : as_2d(output(i - 1)));
+      }
+      if (has_bias.get(i) && ctx->needs_input_grad(bias_slot[i])) {
+        grads[bias_slot[i]] = grad.sum(0);
+      }
+      if (i > 0 || ctx->needs_input_grad(0)) {
+        grad = grad.mm(weight(i));
+      }
+    }
+    if (ctx->needs_input_grad(0)) {
+      grads[0] = grad.view(input.sizes());
+    }
+    return grads;
+  }
+};
+
+bool any_requires_grad(const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases) {
+  bool any = input.requires_grad();
+  for (const at::Tensor& w : weights) {
+    any = any || w.requires_grad();
+  }
+  for (const std::optional<at::Tensor>& b : biases) {
+    any = any || (b.has_value() && b->requires_grad());
+  }
+  return any;
+}
+
+at::Tensor fused_mlp_autograd(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
+  if (!at::GradMode::is_enabled() || !any_requires_grad(input, weights, biases)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op_calls::fused_mlp(input, weights, biases, relu_last);
+  }
+  std::vector<at::Tensor> present_biases;
+  c10::List<bool> has_bias;
+  for (const std::optional<at::Tensor>& b : biases) {
+    const bool present = b.has_value() && b->defined();
+    has_bias.push_back(present);
+    if (present) {
+      present_biases.push_back(*b);
+    }
+  }
+  return FusedMLP::apply(input, weights, at::TensorList(present_biases), has_bias, relu_last);
+}
+
+}  // namespace
+}  // namespace hypatia
+
+TORCH_LIBRARY_IMPL(hypatia, Autograd, m) {
+  m.impl("fused_mlp", &hypatia::fused_mlp_autograd);
+}

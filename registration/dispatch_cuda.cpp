@@ -1,0 +1,9 @@
+#include "ops/fused_ops.h"
+
+#include <torch/library.h>
+
+TORCH_LIBRARY_IMPL(hypatia, CUDA, m) {
+  m.impl("fused_linear_relu", &hypatia::ops::fused_linear_relu_cuda);
+  m.impl("fused_mlp", &hypatia::ops::fused_mlp_cuda);
+  m.impl("_fused_mlp_forward", &hypatia::ops::fused_mlp_forward_cuda);
+}

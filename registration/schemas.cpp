@@ -1,0 +1,12 @@
+// The one place the hypatia ops' schemas are written.
+#include <torch/library.h>
+
+TORCH_LIBRARY(hypatia, m) {
+  const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
+  // relu(input @ weight.T + bias); input [*, in_features].
+  m.def("fused_linear_relu(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", tags);
+  // Linear layers with ReLU between them, and after the last one too when relu_last.
+  m.def("fused_mlp(Tensor input, Tensor[] weights, Tensor?[] biases, bool relu_last=False) -> Tensor", tags);
+  // fused_mlp's training forward: every layer's output (post-activation), which its backward reads.
+  m.def("_fused_mlp_forward(Tensor input, Tensor[] weights, Tensor?[] biases, bool relu_last) -> Tensor[]", tags);
+}

@@ -1,0 +1,103 @@
+"""Backward of both ops: gradcheck in float64, agreement with eager autograd, what is saved."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.autograd import gradcheck, gradgradcheck
+
+from conftest import rel_error
+
+
+def params(shape, device, dtype=torch.float64):
+    return torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("input_shape", [(5,), (4, 6), (2, 3, 6)])
+def test_fused_linear_relu_gradcheck(device, bias, input_shape):
+    torch.manual_seed(0)
+    x = params(input_shape, device)
+    w = params((7, input_shape[-1]), device)
+    b = params((7,), device) if bias else None
+    assert gradcheck(torch.ops.hypatia.fused_linear_relu, (x, w, b))
+    assert gradgradcheck(torch.ops.hypatia.fused_linear_relu, (x, w, b))
+
+
+@pytest.mark.parametrize("relu_last", [False, True])
+def test_fused_mlp_gradcheck(device, relu_last):
+    torch.manual_seed(1)
+    x = params((3, 2, 5), device)
+    ws = [params((6, 5), device), params((4, 6), device), params((3, 4), device)]
+    bs = [params((6,), device), None, params((3,), device)]
+    fn = lambda x, *wb: torch.ops.hypatia.fused_mlp(x, list(wb[:3]), list(wb[3:]), relu_last)  # noqa: E731
+    assert gradcheck(fn, (x, *ws, *bs))
+
+
+def test_fused_mlp_double_backward_raises(device):
+    x = params((3, 5), device)
+    w = params((4, 5), device)
+    out = torch.ops.hypatia.fused_mlp(x, [w], [None], True)
+    with pytest.raises(RuntimeError, match="fused_mlp: double backward"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_match_eager_autograd(device, dtype):
+    torch.manual_seed(2)
+    x0 = torch.randn(32, 24, device=device)
+    w0 = [torch.randn(48, 24, device=device) / 5, torch.randn(16, 48, device=device) / 7]
+    b0 = [torch.randn(48, device=device), torch.randn(16, device=device)]
+    grad_out = torch.randn(32, 16, device=device)
+
+    def grads(run, dt):
+        # Leaves rounded to `dtype` first, so that the float64 reference sees the same values.
+        leaf = lambda t: t.to(dtype).to(dt, copy=True).requires_grad_()  # noqa: E731
+        x, ws, bs = leaf(x0), [leaf(w) for w in w0], [leaf(b) for b in b0]
+        run(x, ws, bs).backward(grad_out.to(dtype).to(dt))
+        return [t.grad for t in (x, *ws, *bs)]
+
+    eager = lambda x, ws, bs: F.linear(F.relu(F.linear(x, ws[0], bs[0])), ws[1], bs[1])  # noqa: E731
+    fused_mlp = lambda x, ws, bs: torch.ops.hypatia.fused_mlp(x, ws, bs, False)  # noqa: E731
+    per_layer = lambda x, ws, bs: F.linear(torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0]), ws[1], bs[1])  # noqa: E731
+    reference = grads(eager, torch.float64)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for run in (fused_mlp, per_layer):
+        for got, ref in zip(grads(run, dtype), reference):
+            assert rel_error(got, ref) < tol
+
+
+def test_relu_gradient_at_nan_and_zero_matches_eager(device):
+    # Eager relu's backward blocks the gradient where out <= 0 and passes it at NaN.
+    x = torch.tensor([[float("nan"), 1.0], [-1.0, 2.0], [0.0, 0.0]], device=device, requires_grad=True)
+    w = torch.eye(2, device=device, requires_grad=True)
+    out = torch.ops.hypatia.fused_linear_relu(x, w)
+    out.backward(torch.ones_like(out))
+    x_ref = x.detach().clone().requires_grad_()
+    F.relu(F.linear(x_ref, w.detach())).backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, x_ref.grad, equal_nan=True)
+
+
+def test_only_needed_grads_and_no_grad_mode(device):
+    x = torch.randn(4, 3, device=device)
+    w = torch.randn(5, 3, device=device, requires_grad=True)
+    out = torch.ops.hypatia.fused_linear_relu(x, w, None)
+    out.sum().backward()
+    assert x.grad is None and w.grad is not None
+    with torch.no_grad():
+        assert torch.ops.hypatia.fused_linear_relu(x, w, None).grad_fn is None
+        assert torch.ops.hypatia.fused_mlp(x, [w], [None], True).grad_fn is None
+
+
+def test_fused_linear_relu_saves_a_mask_not_the_output(device):
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    w = torch.randn(32, 16, device=device, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = torch.ops.hypatia.fused_linear_relu(x, w, None)
+    kinds = sorted((tuple(t.shape), t.dtype) for t in saved)
+    assert kinds == sorted([((8, 16), x.dtype), ((32, 16), w.dtype), ((8, 32), torch.bool)])
+    assert out.grad_fn is not None

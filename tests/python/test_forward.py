@@ -1,0 +1,125 @@
+"""Forward results of both ops against eager PyTorch in float64, on random data."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import TOLERANCE, rel_error
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+SHAPES = [  # (input shape, out_features)
+    ((17,), 9),
+    ((8, 16), 32),
+    ((3, 5, 24), 40),
+    ((2, 3, 4, 7), 5),
+    ((130, 256), 512),
+]
+
+
+def reference_linear_relu(x, w, b):
+    return F.relu(F.linear(x.double(), w.double(), None if b is None else b.double()))
+
+
+def reference_mlp(x, ws, bs, relu_last):
+    h = x.double()
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        h = F.linear(h, w.double(), None if b is None else b.double())
+        if i + 1 < len(ws) or relu_last:
+            h = F.relu(h)
+    return h
+
+
+def layer(in_f, out_f, dtype, device, bias=True):
+    w = (torch.randn(out_f, in_f, dtype=torch.float64) / in_f**0.5).to(dtype).to(device)
+    b = torch.randn(out_f, dtype=torch.float64).to(dtype).to(device) if bias else None
+    return w, b
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,out_f", SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_linear_relu_matches_eager(device, dtype, shape, out_f, bias):
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=torch.float64).to(dtype).to(device)
+    w, b = layer(shape[-1], out_f, dtype, device, bias)
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    ref = reference_linear_relu(x, w, b)
+    assert out.shape == ref.shape and out.dtype == dtype and out.device.type == device
+    assert rel_error(out, ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("relu_last", [False, True])
+@pytest.mark.parametrize("widths", [[16, 32], [20, 64, 64, 10], [7, 5, 9, 3, 8]])
+def test_fused_mlp_matches_eager(device, dtype, relu_last, widths):
+    torch.manual_seed(1)
+    x = torch.randn(4, 6, widths[0], dtype=torch.float64).to(dtype).to(device)
+    layers = [layer(i, o, dtype, device, bias=(n % 2 == 0)) for n, (i, o) in enumerate(zip(widths, widths[1:]))]
+    ws, bs = [w for w, _ in layers], [b for _, b in layers]
+    out = torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last)
+    ref = reference_mlp(x, ws, bs, relu_last)
+    assert out.shape == ref.shape and out.dtype == dtype
+    assert rel_error(out, ref) < TOLERANCE[dtype]
+
+
+def test_fused_mlp_default_relu_last_is_false(device):
+    x = torch.randn(8, 4, device=device)
+    w, b = layer(4, 6, torch.float32, device)
+    out = torch.ops.hypatia.fused_mlp(x, [w], [b])
+    assert (out < 0).any(), "a single layer without relu_last must keep negative outputs"
+    assert rel_error(out, F.linear(x.double(), w.double(), b.double())) < 1e-5
+
+
+def test_mlp_taller_than_a_row_block(device):
+    # Exercises the CPU kernel's row blocking (many blocks, several threads).
+    torch.manual_seed(2)
+    x = torch.randn(5000, 64, device=device)
+    layers = [layer(64, 64, torch.float32, device) for _ in range(4)]
+    ws, bs = [w for w, _ in layers], [b for _, b in layers]
+    assert rel_error(torch.ops.hypatia.fused_mlp(x, ws, bs, True), reference_mlp(x, ws, bs, True)) < 1e-5
+    out = torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])
+    assert rel_error(out, reference_linear_relu(x, ws[0], bs[0])) < 1e-5
+
+
+def test_non_contiguous_inputs(device):
+    torch.manual_seed(3)
+    x = torch.randn(16, 12, 10, device=device).transpose(0, 1)[:, ::2]  # strided, not contiguous
+    w = torch.randn(10, 15, device=device).t()  # [15, 10], column-major
+    b = torch.randn(30, device=device)[::2]
+    assert not x.is_contiguous() and not w.is_contiguous() and not b.is_contiguous()
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    assert rel_error(out, reference_linear_relu(x, w, b)) < 1e-5
+    out = torch.ops.hypatia.fused_mlp(x, [w, w.t()], [b, None], False)
+    assert rel_error(out, reference_mlp(x, [w, w.t()], [b, None], False)) < 1e-5
+
+
+def test_empty_batch_and_zero_features(device):
+    w, b = layer(8, 3, torch.float32, device)
+    assert torch.ops.hypatia.fused_linear_relu(torch.randn(0, 8, device=device), w, b).shape == (0, 3)
+    assert torch.ops.hypatia.fused_linear_relu(torch.randn(2, 0, 8, device=device), w, b).shape == (2, 0, 3)
+    assert torch.ops.hypatia.fused_mlp(torch.randn(0, 8, device=device), [w], [b], True).shape == (0, 3)
+    # in_features == 0: the output is relu(bias), as in eager.
+    x0, w0, b0 = torch.randn(4, 0, device=device), torch.randn(3, 0, device=device), torch.randn(3, device=device)
+    torch.testing.assert_close(torch.ops.hypatia.fused_linear_relu(x0, w0, b0), F.relu(F.linear(x0, w0, b0)))
+
+
+def test_nan_and_inf_propagate_as_in_eager(device):
+    torch.manual_seed(4)
+    x = torch.randn(6, 8, device=device)
+    x[1, 2] = float("nan")
+    x[3, 0] = float("inf")
+    x[4, 5] = -float("inf")
+    w, b = layer(8, 5, torch.float32, device)
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    ref = F.relu(F.linear(x, w, b))
+    assert out[1].isnan().all()
+    torch.testing.assert_close(out, ref, equal_nan=True)
+    ws = [w, layer(5, 4, torch.float32, device)[0]]
+    out = torch.ops.hypatia.fused_mlp(x, ws, [b, None], True)
+    torch.testing.assert_close(out, F.relu(F.linear(F.relu(F.linear(x, w, b)), ws[1])), equal_nan=True)
+
+
+def test_output_is_new_memory(device):
+    x = torch.randn(4, 4, device=device)
+    w = torch.eye(4, device=device)
+    out = torch.ops.hypatia.fused_linear_relu(x, w)
+    assert out.data_ptr() != x.data_ptr() and out.is_contiguous()
