@@ -1,0 +1,33 @@
+#pragma once
+// hypatia::fuse — rewrites a TorchScript module so that Linear+ReLU and Linear/ReLU chains
+// call hypatia::fused_linear_relu / hypatia::fused_mlp. Whatever cannot be proven safe is left as it was.
+#include <torch/csrc/jit/api/module.h>
+
+#include <string>
+#include <vector>
+
+namespace hypatia {
+
+struct FuseOptions {
+  bool freeze = false;  // torch::jit::freeze first (eval mode, weights become constants): inference only
+  bool mlp = true;      // also fuse whole chains into fused_mlp (else only fused_linear_relu)
+};
+
+struct FusionReport {
+  int linear_relu = 0;  // hypatia::fused_linear_relu nodes created
+  int mlp = 0;          // hypatia::fused_mlp nodes created
+  int mlp_layers = 0;   // linear layers folded into those fused_mlp nodes
+  std::vector<std::string> skipped;  // one line per candidate left alone, with the reason
+  std::string to_string() const;     // human-readable summary
+  std::string to_json() const;
+};
+
+// Fuses `module` in place (its methods' graphs) and returns what was done. With
+// options.freeze, `module` is replaced by its frozen, fused copy.
+FusionReport fuse(torch::jit::Module& module, const FuseOptions& options = {});
+
+// Opt-in: from now on, TorchScript graphs run by the graph executor in this process are
+// fused through its custom-pass hook. Idempotent.
+void enable_auto_fusion();
+
+}  // namespace hypatia
