@@ -7,14 +7,39 @@
 namespace hypatia {
 namespace {
 
+// Messages are built by string concatenation, not streamed: streaming c10::SymInt through
+// libc10's operator<< crashed in Python processes built with gcc 13 against the torch wheel.
+std::string to_str(const c10::SymInt& s) {
+  const std::optional<int64_t> value = s.maybe_as_int();
+  return value ? std::to_string(*value) : s.toSymNodeImplUnowned()->str();
+}
+
+std::string to_str(c10::SymIntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + to_str(shape[i]);
+  }
+  return out + "]";
+}
+
 bool is_supported_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+}
+
+void check_same_dtype_and_device(
+    const std::string& prefix, const std::string& name, const at::Tensor& t, const at::Tensor& like) {
+  TORCH_CHECK(
+      t.scalar_type() == like.scalar_type(), prefix + name + " must have the input's dtype " +
+          c10::toString(like.scalar_type()) + ", but got " + c10::toString(t.scalar_type()));
+  TORCH_CHECK(
+      t.device() == like.device(),
+      prefix + name + " must be on the input's device " + like.device().str() + ", but is on " + t.device().str());
 }
 
 // One layer: weight [N, K] applied to something of dtype/device `like` whose last dim is K.
 // `produced_by` says where K comes from, for the message.
 void check_layer(
-    const char* op,
+    const std::string& prefix,
     const std::string& weight_name,
     const at::Tensor& weight,
     const std::string& bias_name,
@@ -22,41 +47,32 @@ void check_layer(
     const at::Tensor& like,
     const c10::SymInt& in_features,
     const std::string& produced_by) {
-  TORCH_CHECK(weight.defined(), op, ": ", weight_name, " must be a tensor, but got an undefined tensor");
+  TORCH_CHECK(weight.defined(), prefix + weight_name + " must be a tensor, but got an undefined tensor");
   TORCH_CHECK(
-      weight.dim() == 2, op, ": ", weight_name, " must be 2-D [out_features, in_features], but got a ",
-      weight.dim(), "-D tensor of shape ", weight.sym_sizes());
+      weight.dim() == 2, prefix + weight_name + " must be 2-D [out_features, in_features], but got a " +
+          std::to_string(weight.dim()) + "-D tensor of shape " + to_str(weight.sym_sizes()));
+  check_same_dtype_and_device(prefix, weight_name, weight, like);
   TORCH_CHECK(
-      weight.scalar_type() == like.scalar_type(), op, ": ", weight_name, " must have the input's dtype ",
-      like.scalar_type(), ", but got ", weight.scalar_type());
-  TORCH_CHECK(
-      weight.device() == like.device(), op, ": ", weight_name, " must be on the input's device ",
-      like.device(), ", but is on ", weight.device());
-  TORCH_CHECK(
-      weight.sym_size(1) == in_features, op, ": ", weight_name, " expects in_features ",
-      weight.sym_size(1), " but ", produced_by, " ", in_features);
+      weight.sym_size(1) == in_features, prefix + weight_name + " expects in_features " +
+          to_str(weight.sym_size(1)) + " but " + produced_by + " " + to_str(in_features));
   if (!bias.has_value() || !bias->defined()) {
     return;
   }
   const at::Tensor& b = *bias;
   TORCH_CHECK(
-      b.dim() == 1 && b.sym_size(0) == weight.sym_size(0), op, ": ", bias_name,
-      " must be 1-D of length out_features = ", weight.sym_size(0), ", but got shape ", b.sym_sizes());
-  TORCH_CHECK(
-      b.scalar_type() == like.scalar_type(), op, ": ", bias_name, " must have the input's dtype ",
-      like.scalar_type(), ", but got ", b.scalar_type());
-  TORCH_CHECK(
-      b.device() == like.device(), op, ": ", bias_name, " must be on the input's device ", like.device(),
-      ", but is on ", b.device());
+      b.dim() == 1 && b.sym_size(0) == weight.sym_size(0), prefix + bias_name +
+          " must be 1-D of length out_features = " + to_str(weight.sym_size(0)) + ", but got shape " +
+          to_str(b.sym_sizes()));
+  check_same_dtype_and_device(prefix, bias_name, b, like);
 }
 
-void check_input(const char* op, const at::Tensor& input) {
-  TORCH_CHECK(input.defined(), op, ": input must be a tensor, but got an undefined tensor");
+void check_input(const std::string& prefix, const at::Tensor& input) {
+  TORCH_CHECK(input.defined(), prefix + "input must be a tensor, but got an undefined tensor");
   TORCH_CHECK(
-      input.dim() >= 1, op, ": input must have at least 1 dimension [*, in_features], but got a 0-D tensor");
+      input.dim() >= 1, prefix + "input must have at least 1 dimension [*, in_features], but got a 0-D tensor");
   TORCH_CHECK(
-      is_supported_dtype(input.scalar_type()), op,
-      ": input must be float32, float64, bfloat16 or float16, but got ", input.scalar_type());
+      is_supported_dtype(input.scalar_type()),
+      prefix + "input must be float32, float64, bfloat16 or float16, but got " + c10::toString(input.scalar_type()));
 }
 
 }  // namespace
@@ -66,8 +82,9 @@ void check_linear_args(
     const at::Tensor& input,
     const at::Tensor& weight,
     const std::optional<at::Tensor>& bias) {
-  check_input(op, input);
-  check_layer(op, "weight", weight, "bias", bias, input, input.sym_size(-1), "input has last dimension");
+  const std::string prefix = std::string(op) + ": ";
+  check_input(prefix, input);
+  check_layer(prefix, "weight", weight, "bias", bias, input, input.sym_size(-1), "input has last dimension");
 }
 
 void check_mlp_args(
@@ -75,17 +92,18 @@ void check_mlp_args(
     const at::Tensor& input,
     at::TensorList weights,
     const c10::List<std::optional<at::Tensor>>& biases) {
-  check_input(op, input);
-  TORCH_CHECK(!weights.empty(), op, ": weights must hold at least one layer, but got an empty list");
+  const std::string prefix = std::string(op) + ": ";
+  check_input(prefix, input);
+  TORCH_CHECK(!weights.empty(), prefix + "weights must hold at least one layer, but got an empty list");
   TORCH_CHECK(
-      biases.size() == weights.size(), op, ": biases must have one entry (a tensor or None) per layer, ",
-      "i.e. ", weights.size(), ", but got ", biases.size());
+      biases.size() == weights.size(), prefix + "biases must have one entry (a tensor or None) per layer, i.e. " +
+          std::to_string(weights.size()) + ", but got " + std::to_string(biases.size()));
   c10::SymInt features = input.sym_size(-1);
   for (size_t i = 0; i < weights.size(); ++i) {
     const std::string idx = "[" + std::to_string(i) + "]";
     const std::string produced_by =
         i == 0 ? std::string("input has last dimension") : "layer " + std::to_string(i - 1) + " produces";
-    check_layer(op, "weights" + idx, weights[i], "biases" + idx, biases.get(i), input, features, produced_by);
+    check_layer(prefix, "weights" + idx, weights[i], "biases" + idx, biases.get(i), input, features, produced_by);
     features = weights[i].sym_size(0);
   }
 }

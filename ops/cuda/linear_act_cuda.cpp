@@ -21,8 +21,8 @@ namespace {
 #define HYPATIA_CUBLAS_CHECK(expr)                                                                 \
   do {                                                                                             \
     const cublasStatus_t status_ = (expr);                                                        \
-    TORCH_CHECK(status_ == CUBLAS_STATUS_SUCCESS, "hypatia: ", #expr, " failed: ",                 \
-                cublasGetStatusString(status_));                                                   \
+    TORCH_CHECK(status_ == CUBLAS_STATUS_SUCCESS,                                                  \
+                std::string("hypatia: " #expr " failed: ") + cublasGetStatusString(status_));      \
   } while (0)
 
 // Owners for the cuBLASLt descriptors, so that an error thrown midway leaks nothing.
@@ -45,7 +45,7 @@ cudaDataType_t cuda_dtype(at::ScalarType t) {
     case at::kDouble: return CUDA_R_64F;
     case at::kHalf: return CUDA_R_16F;
     case at::kBFloat16: return CUDA_R_16BF;
-    default: TORCH_CHECK(false, "hypatia: no cuBLASLt type for ", t);
+    default: TORCH_CHECK(false, std::string("hypatia: no cuBLASLt type for ") + c10::toString(t));
   }
 }
 
