@@ -1,10 +1,13 @@
 // CUDA: act(x @ w.T + b) as one cuBLASLt matmul whose epilogue adds the bias and applies
 // the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends), on the current stream with PyTorch's
-// cuBLASLt handle and workspace. Where cuBLASLt offers no algorithm, ATen's addmm + relu.
+// cuBLASLt handle and workspace. Per shape, the heuristic's top candidates and ATen's own
+// addmm + relu are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the
+// heuristic's first pick). Where cuBLASLt offers no algorithm, ATen's addmm + relu.
 #include "ops/fused_ops.h"
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/relu.h>
@@ -13,7 +16,13 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
 
 namespace hypatia::ops {
 namespace {
@@ -85,7 +94,96 @@ void linear_act_aten(const at::Tensor& x, const at::Tensor& w, const OptionalTen
   }
 }
 
-// Runs the matmul through cuBLASLt; returns false when cuBLASLt has no algorithm for it.
+// Everything that decides which algorithm is best: the problem, its numerics and its pointers'
+// alignment (cuBLASLt kernels differ by alignment), and the device.
+struct AlgoKey {
+  int device;
+  int64_t m, n, k;
+  int dtype, compute, epilogue;
+  uint32_t align_a, align_b, align_c, align_bias;
+  bool operator==(const AlgoKey& o) const {
+    return std::tie(device, m, n, k, dtype, compute, epilogue, align_a, align_b, align_c, align_bias) ==
+        std::tie(o.device, o.m, o.n, o.k, o.dtype, o.compute, o.epilogue, o.align_a, o.align_b, o.align_c, o.align_bias);
+  }
+};
+struct AlgoKeyHash {
+  size_t operator()(const AlgoKey& key) const {
+    size_t h = 0;
+    for (const int64_t v : {int64_t(key.device), key.m, key.n, key.k, int64_t(key.dtype), int64_t(key.compute),
+                            int64_t(key.epilogue), int64_t(key.align_a), int64_t(key.align_b), int64_t(key.align_c),
+                            int64_t(key.align_bias)}) {
+      h = h * 1000003u ^ std::hash<int64_t>()(v);
+    }
+    return h;
+  }
+};
+
+// The choice for one key: a cuBLASLt algorithm, or ATen's own path (cuBLAS GEMM then ReLU),
+// which on some shapes beats every algorithm cuBLASLt's heuristic offers.
+struct AlgoChoice {
+  bool use_aten = false;
+  cublasLtMatmulAlgo_t algo = {};
+};
+
+// Chosen once per key (timed on first use), then read by every call; thread-safe.
+class AlgoCache {
+ public:
+  std::optional<AlgoChoice> find(const AlgoKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = choices_.find(key);
+    return it == choices_.end() ? std::nullopt : std::optional<AlgoChoice>(it->second);
+  }
+  void insert(const AlgoKey& key, const AlgoChoice& choice) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    choices_.emplace(key, choice);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<AlgoKey, AlgoChoice, AlgoKeyHash> choices_;
+};
+
+AlgoCache& algo_cache() {
+  static AlgoCache cache;
+  return cache;
+}
+
+bool autotune_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("HYPATIA_CUBLASLT_AUTOTUNE");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
+constexpr int kCandidates = 8;
+constexpr int kTimedRuns = 3;
+
+// The best of kTimedRuns after one warm-up: enough for a one-off choice; infinity if `run` fails.
+template <typename Run>
+float time_ms(cudaStream_t stream, const Run& run) {
+  cudaEvent_t start, stop;
+  C10_CUDA_CHECK(cudaEventCreate(&start));
+  C10_CUDA_CHECK(cudaEventCreate(&stop));
+  float best = std::numeric_limits<float>::infinity();
+  if (run()) {
+    for (int i = 0; i < kTimedRuns; ++i) {
+      C10_CUDA_CHECK(cudaEventRecord(start, stream));
+      run();
+      C10_CUDA_CHECK(cudaEventRecord(stop, stream));
+      C10_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      best = std::min(best, ms);
+    }
+  }
+  C10_CUDA_CHECK(cudaEventDestroy(start));
+  C10_CUDA_CHECK(cudaEventDestroy(stop));
+  return best;
+}
+
+// Runs the matmul through cuBLASLt with the algorithm chosen for its key; returns false when
+// ATen's path should run instead (chosen as faster, or cuBLASLt has no algorithm for it).
 bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   const at::ScalarType dtype = x.scalar_type();
@@ -96,8 +194,8 @@ bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTenso
                                                                         : CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale_type = is_double ? CUDA_R_64F : CUDA_R_32F;
 
-  // Row-major out[M,N] = x[M,K] @ w[N,K].T is column-major out^T[N,M] = w^T... i.e. op(A)=W (A is
-  // w read as column-major K x N, transposed), B = x read as column-major K x M.
+  // Row-major out[M,N] = x[M,K] @ w[N,K].T is, in cuBLAS's column-major terms, out^T[N,M] =
+  // op(A) B with A = w read as a K x N matrix and transposed, and B = x read as K x M.
   cublasLtMatmulDesc_t raw_desc = nullptr;
   HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, scale_type));
   MatmulDesc desc(raw_desc);
@@ -117,41 +215,81 @@ bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTenso
   const Layout b_layout = make_layout(type, K, M, K);
   const Layout c_layout = make_layout(type, N, M, N);
 
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
-  Preference pref(raw_pref);
-  const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_size, sizeof(workspace_size)));
-  const uint32_t align_a = alignment(w.data_ptr()), align_b = alignment(x.data_ptr()),
-                 align_c = alignment(out.data_ptr());
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
-
+  const AlgoKey key{x.get_device(), M, N, K, int(dtype), int(compute), int(epilogue),
+                    alignment(w.data_ptr()), alignment(x.data_ptr()), alignment(out.data_ptr()),
+                    has_bias ? alignment(bias_ptr) : 0};
   cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, desc.get(), a_layout.get(), b_layout.get(), c_layout.get(), c_layout.get(), pref.get(), 1, &heuristic,
-      &found);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    return false;
-  }
-
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  void* workspace = at::cuda::getCUDABlasLtWorkspace();
+  const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
   const float alpha_f = 1.0f, beta_f = 0.0f;
   const double alpha_d = 1.0, beta_d = 0.0;
   const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = is_double ? static_cast<const void*>(&beta_d) : &beta_f;
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmul(
-      handle, desc.get(), alpha, w.data_ptr(), a_layout.get(), x.data_ptr(), b_layout.get(), beta, out.data_ptr(),
-      c_layout.get(), out.data_ptr(), c_layout.get(), &heuristic.algo, at::cuda::getCUDABlasLtWorkspace(),
-      workspace_size, at::cuda::getCurrentCUDAStream()));
+  auto run_lt = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle, desc.get(), alpha, w.data_ptr(), a_layout.get(), x.data_ptr(), b_layout.get(), beta,
+                          out.data_ptr(), c_layout.get(), out.data_ptr(), c_layout.get(), &algo, workspace,
+                          workspace_size, stream);
+  };
+
+  if (const std::optional<AlgoChoice> cached = algo_cache().find(key)) {
+    if (cached->use_aten) {
+      return false;
+    }
+    HYPATIA_CUBLAS_CHECK(run_lt(cached->algo));
+    return true;
+  }
+
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  Preference pref(raw_pref);
+  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_size, sizeof(workspace_size)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+  for (const auto& [attribute, value] : alignments) {
+    HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &value, sizeof(value)));
+  }
+  cublasLtMatmulHeuristicResult_t heuristics[kCandidates] = {};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, desc.get(), a_layout.get(), b_layout.get(), c_layout.get(), c_layout.get(), pref.get(),
+      autotune_enabled() ? kCandidates : 1, heuristics, &found);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    algo_cache().insert(key, AlgoChoice{/*use_aten=*/true});
+    return false;
+  }
+
+  // Timing needs a host sync, which a stream being captured into a CUDA graph forbids: there,
+  // take the heuristic's first pick without caching it, and time on a later, uncaptured call.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone || !autotune_enabled()) {
+    HYPATIA_CUBLAS_CHECK(run_lt(heuristics[0].algo));
+    return true;
+  }
+
+  AlgoChoice best{/*use_aten=*/true};
+  float best_ms = time_ms(stream, [&] {
+    linear_act_aten(x, w, b, relu, out);
+    return true;
+  });
+  for (int i = 0; i < found; ++i) {
+    const float ms = time_ms(stream, [&] { return run_lt(heuristics[i].algo) == CUBLAS_STATUS_SUCCESS; });
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = AlgoChoice{/*use_aten=*/false, heuristics[i].algo};
+    }
+  }
+  algo_cache().insert(key, best);
+  // The last timed run may have been another candidate: write the output with the winner.
+  if (best.use_aten) {
+    return false;
+  }
+  HYPATIA_CUBLAS_CHECK(run_lt(best.algo));
   return true;
 }
 

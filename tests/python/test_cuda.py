@@ -1,0 +1,93 @@
+"""CUDA-only behaviour: CUDA graphs, threads, streams, devices, TF32. Skipped without a GPU."""
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import rel_error, requires_cuda
+
+pytestmark = requires_cuda
+
+
+def reference(x, w, b):
+    return F.relu(F.linear(x.double(), w.double(), b.double()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_graph_capture_and_replay(dtype):
+    # A shape seen first inside the capture (no timing allowed there), then replayed with new data.
+    x = torch.randn(333, 96, device="cuda", dtype=dtype)
+    w = torch.randn(160, 96, device="cuda", dtype=dtype) / 10
+    b = torch.randn(160, device="cuda", dtype=dtype)
+    w2 = torch.randn(96, 160, device="cuda", dtype=dtype) / 13
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+        logits = torch.ops.hypatia.fused_mlp(x, [w, w2], [b, None], False)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(out, reference(x, w, b)) < tol
+        ref_logits = F.linear(reference(x, w, b), w2.double())
+        assert rel_error(logits, ref_logits) < tol
+
+
+def test_concurrent_threads_get_correct_results():
+    shapes = [(64, 128, 256), (500, 64, 64), (32, 512, 1024), (1000, 256, 128)]
+    errors = []
+
+    def worker(m, k, n):
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for _ in range(10):
+                x, w, b = torch.randn(m, k, device="cuda"), torch.randn(n, k, device="cuda"), torch.randn(n, device="cuda")
+                out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+                stream.synchronize()
+                errors.append(rel_error(out, reference(x, w, b)))
+
+    threads = [threading.Thread(target=worker, args=s) for s in shapes * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 80 and max(errors) < 1e-5
+
+
+def test_runs_on_the_current_stream():
+    x, w, b = torch.randn(256, 256, device="cuda"), torch.randn(512, 256, device="cuda"), torch.randn(512, device="cuda")
+    torch.ops.hypatia.fused_linear_relu(x, w, b)  # warm (autotuned on the default stream)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(10_000_000)  # keeps the side stream busy: a result written elsewhere would be early
+        out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert rel_error(out, reference(x, w, b)) < 1e-5
+
+
+def test_tf32_setting_is_honoured():
+    torch.manual_seed(0)
+    x, w, b = torch.randn(512, 1024, device="cuda"), torch.randn(512, 1024, device="cuda"), torch.randn(512, device="cuda")
+    ref = reference(x, w, b)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        exact = rel_error(torch.ops.hypatia.fused_linear_relu(x, w, b), ref)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        tf32 = rel_error(torch.ops.hypatia.fused_linear_relu(x, w, b), ref)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    assert exact < 1e-5 and 1e-5 < tf32 < 3e-3
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_non_default_device():
+    x, w, b = torch.randn(64, 32, device="cuda:1"), torch.randn(16, 32, device="cuda:1"), torch.randn(16, device="cuda:1")
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    assert out.device == torch.device("cuda:1") and rel_error(out, reference(x, w, b)) < 1e-5
