@@ -78,16 +78,17 @@ int main(int argc, char** argv) {
     std::remove(partial.c_str());
     return fail("cannot fuse " + in + ": " + e.what());
   }
-  if (std::rename(partial.c_str(), out.c_str()) != 0) {
-    std::remove(partial.c_str());
-    return fail("cannot write " + out);
-  }
   if (!report_path.empty()) {
     std::ofstream file(report_path);
     file << report.to_json() << "\n";
     if (!file) {
+      std::remove(partial.c_str());
       return fail("cannot write report " + report_path);
     }
+  }
+  if (std::rename(partial.c_str(), out.c_str()) != 0) {
+    std::remove(partial.c_str());
+    return fail("cannot write " + out);
   }
   std::cout << report.to_string() << "\n";
   return 0;
