@@ -22,9 +22,16 @@ struct FusionReport {
   std::string to_json() const;
 };
 
-// Fuses `module` in place (its methods' graphs) and returns what was done. With
-// options.freeze, `module` is replaced by its frozen, fused copy.
+// Fuses `module` and returns what was done. `module` is replaced by a fused copy whose
+// methods' graphs have their submodule calls inlined and fused; the copy shares the original's
+// parameters and buffers (same tensors: it trains them), so the original, other modules of its
+// type and executors it already built stay as they were. With options.freeze, the copy is
+// frozen first (in eval mode; weights become constants; inference only).
 FusionReport fuse(torch::jit::Module& module, const FuseOptions& options = {});
+
+// Fuses one graph in place (FuseMLP when options.mlp, then FuseLinearReLU); no inlining, no
+// freezing: options.freeze is ignored.
+FusionReport fuse_graph(const std::shared_ptr<torch::jit::Graph>& graph, const FuseOptions& options = {});
 
 // Opt-in: from now on, TorchScript graphs run by the graph executor in this process are
 // fused through its custom-pass hook. Idempotent.

@@ -2,18 +2,29 @@
 
 Importing this package loads ``libhypatia_ops.so`` into PyTorch, after which the ops are
 ``torch.ops.hypatia.fused_linear_relu`` and ``torch.ops.hypatia.fused_mlp``.
+``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them.
 The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then beside this package, then in the
 source tree's ``build/`` directory.
 """
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
-__all__ = ["library_path", "fused_linear_relu", "fused_mlp"]
+__all__ = [
+    "library_path",
+    "fused_linear_relu",
+    "fused_mlp",
+    "FusionReport",
+    "fuse",
+    "fuse_file",
+    "enable_auto_fusion",
+]
 
 _LIBRARY_NAME = "libhypatia_ops.so"
 
@@ -50,3 +61,61 @@ def fused_mlp(
 ) -> torch.Tensor:
     """Linear layers with ReLU between them (and after the last when relu_last), in one op."""
     return torch.ops.hypatia.fused_mlp(input, list(weights), list(biases), relu_last)
+
+
+@dataclass
+class FusionReport:
+    """What a fusion did: nodes created, and one line per candidate left alone with the reason."""
+
+    linear_relu: int = 0  # hypatia::fused_linear_relu nodes created
+    mlp: int = 0  # hypatia::fused_mlp nodes created
+    mlp_layers: int = 0  # linear layers folded into those fused_mlp nodes
+    skipped: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, text: str) -> "FusionReport":
+        return cls(**json.loads(text))
+
+
+def fuse(
+    script_module: torch.jit.ScriptModule,
+    freeze: bool = False,
+    mlp: bool = True,
+    *,
+    return_report: bool = False,
+) -> Union[torch.jit.ScriptModule, Tuple[torch.jit.ScriptModule, FusionReport]]:
+    """A copy of ``script_module`` (scripted or traced) whose Linear+ReLU pairs call
+    ``hypatia::fused_linear_relu`` and whose Linear/ReLU chains call ``hypatia::fused_mlp``
+    (only pairs when ``mlp`` is False). Submodule calls are inlined into the copy's methods.
+
+    The copy shares the original's parameters and buffers, so it trains them; the original is
+    left as it was. With ``freeze``, the copy is put in eval mode and frozen first
+    (``torch.jit.freeze``: weights become constants, eval-mode dropout disappears): inference only.
+
+    Returns the fused module, or ``(module, FusionReport)`` when ``return_report`` is set.
+    """
+    if not isinstance(script_module, torch.jit.ScriptModule):
+        raise TypeError(f"fuse: script_module must be a torch.jit.ScriptModule, but got {type(script_module).__name__}")
+    fused_c, report_json = torch.ops.hypatia._fuse_module(script_module._c, bool(freeze), bool(mlp))
+    fused = torch.jit._recursive.wrap_cpp_module(fused_c)
+    if return_report:
+        return fused, FusionReport.from_json(report_json)
+    return fused
+
+
+def fuse_file(
+    src: Union[str, os.PathLike], dst: Union[str, os.PathLike], freeze: bool = False, mlp: bool = True
+) -> FusionReport:
+    """Loads the TorchScript file ``src``, fuses it as :func:`fuse` does and saves it to ``dst``.
+    Returns the report. Loading ``dst`` later needs this package imported (it registers the ops)."""
+    fused, report = fuse(torch.jit.load(str(src)), freeze=freeze, mlp=mlp, return_report=True)
+    fused.save(str(dst))
+    return report
+
+
+def enable_auto_fusion() -> None:
+    """From now on, fuse every TorchScript graph that the executor optimises in this process
+    (scripted or traced modules and functions, when they run). Opt-in, process-wide, idempotent;
+    it cannot be turned off. Graphs with autodiff subgraphs (inputs that require grad) keep
+    those subgraphs unfused."""
+    torch.ops.hypatia._enable_auto_fusion()

@@ -1,0 +1,103 @@
+// hypatia::fuse and FusionReport: runs the passes over a module's (or one graph's) code.
+#include "passes/fuse.h"
+
+#include "passes/fuse_linear_relu.h"
+#include "passes/fuse_mlp.h"
+
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/inliner.h>
+
+#include <sstream>
+
+namespace hypatia {
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::ostringstream out;
+  out << '"';
+  for (const unsigned char c : s) {
+    switch (c) {
+      case '"': out << "\\\""; break;
+      case '\\': out << "\\\\"; break;
+      case '\n': out << "\\n"; break;
+      case '\t': out << "\\t"; break;
+      default:
+        if (c < 0x20) {
+          const char* hex = "0123456789abcdef";
+          out << "\\u00" << hex[c >> 4] << hex[c & 15];
+        } else {
+          out << c;
+        }
+    }
+  }
+  out << '"';
+  return out.str();
+}
+
+void add(FusionReport& into, const FusionReport& from) {
+  into.linear_relu += from.linear_relu;
+  into.mlp += from.mlp;
+  into.mlp_layers += from.mlp_layers;
+  into.skipped.insert(into.skipped.end(), from.skipped.begin(), from.skipped.end());
+}
+
+}  // namespace
+
+std::string FusionReport::to_string() const {
+  std::ostringstream out;
+  out << "fused: " << linear_relu << " fused_linear_relu, " << mlp << " fused_mlp (" << mlp_layers
+      << " linear layers); skipped: " << skipped.size();
+  for (const auto& why : skipped) {
+    out << "\n  skipped " << why;
+  }
+  return out.str();
+}
+
+std::string FusionReport::to_json() const {
+  std::ostringstream out;
+  out << "{\"linear_relu\": " << linear_relu << ", \"mlp\": " << mlp << ", \"mlp_layers\": " << mlp_layers
+      << ", \"skipped\": [";
+  for (size_t i = 0; i < skipped.size(); ++i) {
+    out << (i ? ", " : "") << json_string(skipped[i]);
+  }
+  out << "]}";
+  return out.str();
+}
+
+FusionReport fuse_graph(const std::shared_ptr<torch::jit::Graph>& graph, const FuseOptions& options) {
+  FusionReport report;
+  // Chains first, so that their leading Linear+ReLU pairs are not taken one by one.
+  if (options.mlp) {
+    FuseMLP(graph, report);
+  }
+  FuseLinearReLU(graph, report);
+  return report;
+}
+
+FusionReport fuse(torch::jit::Module& module, const FuseOptions& options) {
+  // A copy with its own type and methods, sharing the tensors: editing the graphs in place would
+  // also change every module of the same (shared) type, and not reach executors already built.
+  torch::jit::Module fused = module.clone(/*inplace=*/true);
+  if (options.freeze) {
+    // Module::eval() insists on a `training` attribute, which modules built in C++ may lack.
+    for (auto m : fused.modules()) {
+      if (m.hasattr("training")) {
+        m.setattr("training", false);
+      }
+    }
+    fused = torch::jit::freeze(fused);
+  }
+  FusionReport report;
+  for (const auto& method : fused.get_methods()) {
+    auto graph = method.graph();
+    // Submodule calls (prim::CallMethod) become their bodies; parameters stay prim::GetAttr.
+    torch::jit::Inline(*graph);
+    // Inlined F.relu leaves `if inplace: relu_ else: relu` on a constant: keep the branch taken.
+    torch::jit::ConstantPropagation(graph);
+    add(report, fuse_graph(graph, options));
+  }
+  module = fused;
+  return report;
+}
+
+}  // namespace hypatia
