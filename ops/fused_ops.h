@@ -54,6 +54,12 @@ at::Tensor fused_mlp_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 std::vector<at::Tensor> fused_mlp_forward_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+// Runs the whole MLP in one kernel when every width is a multiple of 16 and <= 128, the dtype is
+// half or bfloat16, and x/weights/biases are contiguous; returns false (doing nothing) otherwise.
+// x2d [M, K0]; out2d [M, N_last] preallocated, contiguous, of x2d's dtype and device.
+bool narrow_mlp_forward_cuda(
+    const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
+    at::Tensor& out2d);
 #endif
 
 // Meta (shapes only; also what FakeTensor and torch.compile trace with)
