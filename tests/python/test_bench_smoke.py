@@ -1,0 +1,69 @@
+"""scripts/bench_ops.py end to end on the CPU with --quick: it runs, its correctness checks pass,
+and it writes the JSON and markdown results with every field the report relies on."""
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_ops.py"
+
+ROW_KEYS = {
+    "op", "shape", "label", "dtype", "tf32", "mode", "device", "threads", "memory_only", "status",
+    "ms", "relerr", "tolerance", "peak_mem_MiB", "skipped", "compile_s", "reps", "input_sets",
+    "flops", "bytes", "flop_floor_ms", "byte_floor_ms", "floor_ms", "bound", "pct_of_floor",
+    "best_competitor", "hypatia_vs_best", "hypatia_vs_eager", "baseline_eager_ms", "eager_vs_baseline",
+}
+META_KEYS = {"date_utc", "device", "device_name", "cpu_model", "threads", "torch", "cuda", "ceilings", "chart"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)  # a guard against a hang only
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def test_writes_json_and_markdown(results):
+    assert (results / "results.md").read_text().startswith("# Hypatia ops benchmark")
+    data = json.loads((results / "results.json").read_text())
+    assert META_KEYS <= data["metadata"].keys()
+    assert data["metadata"]["device"] == "cpu" and data["metadata"]["threads"] == [1]
+    ceilings = data["metadata"]["ceilings"]["1"]
+    assert ceilings["copy_GBps"] > 0 and ceilings["gemm_GFLOPs"]["float32"] > 0
+
+
+def test_rows_cover_ops_modes_and_competitors(results):
+    rows = json.loads((results / "results.json").read_text())["rows"]
+    for row in rows:
+        assert ROW_KEYS <= row.keys(), ROW_KEYS - row.keys()
+        assert row["status"] == "ok", row["status"]
+    timed = [r for r in rows if not r["memory_only"]]
+    assert {(r["op"], r["mode"], r["dtype"]) for r in timed} == {
+        (op, mode, dtype) for op in ("linear_relu", "mlp") for mode in ("fwd", "fwd+bwd") for dtype in ("float32", "bfloat16")
+    }
+    for row in timed:
+        expected = {"eager", "compile", "hypatia"} | ({"jit"} if row["mode"] == "fwd" else set())
+        # a competitor may be skipped (with its reason), never silently missing
+        assert expected == row["ms"].keys() | row["skipped"].keys(), row["skipped"]
+        assert row["ms"]["hypatia"] > 0 and row["ms"]["eager"] > 0
+        assert row["relerr"]["hypatia"] <= row["tolerance"]
+        assert row["hypatia_vs_eager"] == pytest.approx(row["ms"]["eager"] / row["ms"]["hypatia"])
+        assert 0 < row["flop_floor_ms"] <= row["floor_ms"] and row["byte_floor_ms"] <= row["floor_ms"]
+        assert row["peak_mem_MiB"]["hypatia"] > 0
+
+
+def test_memory_only_row(results):
+    rows = json.loads((results / "results.json").read_text())["rows"]
+    (row,) = [r for r in rows if r["memory_only"]]
+    assert row["op"] == "mlp" and row["ms"] == {}
+    assert row["peak_mem_MiB"]["eager"] > 0 and row["peak_mem_MiB"]["hypatia"] > 0
+
+
+def test_no_hostname_in_results(results):
+    text = (results / "results.json").read_text()
+    assert f'"{socket.gethostname()}"' not in text
