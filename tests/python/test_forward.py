@@ -69,15 +69,17 @@ def test_fused_mlp_default_relu_last_is_false(device):
     assert rel_error(out, F.linear(x.double(), w.double(), b.double())) < 1e-5
 
 
-def test_mlp_taller_than_a_row_block(device):
-    # Exercises the CPU kernel's row blocking (many blocks, several threads).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_taller_than_a_row_block(device, dtype):
+    # The CPU kernels' row blocking: several 1024-row blocks over threads, a short last block,
+    # and bfloat16 widened to float32 per block where the CPU has no native bf16 GEMM.
     torch.manual_seed(2)
-    x = torch.randn(5000, 64, device=device)
-    layers = [layer(64, 64, torch.float32, device) for _ in range(4)]
+    x = torch.randn(5000, 256, dtype=torch.float64).to(dtype).to(device)
+    layers = [layer(256, 256, dtype, device) for _ in range(4)]
     ws, bs = [w for w, _ in layers], [b for _, b in layers]
-    assert rel_error(torch.ops.hypatia.fused_mlp(x, ws, bs, True), reference_mlp(x, ws, bs, True)) < 1e-5
+    assert rel_error(torch.ops.hypatia.fused_mlp(x, ws, bs, True), reference_mlp(x, ws, bs, True)) < TOLERANCE[dtype]
     out = torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])
-    assert rel_error(out, reference_linear_relu(x, ws[0], bs[0])) < 1e-5
+    assert rel_error(out, reference_linear_relu(x, ws[0], bs[0])) < TOLERANCE[dtype]
 
 
 def test_non_contiguous_inputs(device):
