@@ -7,31 +7,31 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
-#include <sstream>
+#include <string>
 
 namespace hypatia {
 namespace {
 
+// Strings are built by concatenation: std::ostringstream in this library crashed inside Python
+// processes on the GPU machine (gcc 13), as streaming a SymInt had before (ops/checks.cpp).
 std::string json_string(const std::string& s) {
-  std::ostringstream out;
-  out << '"';
+  std::string out = "\"";
   for (const unsigned char c : s) {
     switch (c) {
-      case '"': out << "\\\""; break;
-      case '\\': out << "\\\\"; break;
-      case '\n': out << "\\n"; break;
-      case '\t': out << "\\t"; break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
       default:
         if (c < 0x20) {
           const char* hex = "0123456789abcdef";
-          out << "\\u00" << hex[c >> 4] << hex[c & 15];
+          out += std::string("\\u00") + hex[c >> 4] + hex[c & 15];
         } else {
-          out << c;
+          out += static_cast<char>(c);
         }
     }
   }
-  out << '"';
-  return out.str();
+  return out + '"';
 }
 
 void add(FusionReport& into, const FusionReport& from) {
@@ -44,24 +44,21 @@ void add(FusionReport& into, const FusionReport& from) {
 }  // namespace
 
 std::string FusionReport::to_string() const {
-  std::ostringstream out;
-  out << "fused: " << linear_relu << " fused_linear_relu, " << mlp << " fused_mlp (" << mlp_layers
-      << " linear layers); skipped: " << skipped.size();
+  std::string out = "fused: " + std::to_string(linear_relu) + " fused_linear_relu, " + std::to_string(mlp) +
+      " fused_mlp (" + std::to_string(mlp_layers) + " linear layers); skipped: " + std::to_string(skipped.size());
   for (const auto& why : skipped) {
-    out << "\n  skipped " << why;
+    out += "\n  skipped " + why;
   }
-  return out.str();
+  return out;
 }
 
 std::string FusionReport::to_json() const {
-  std::ostringstream out;
-  out << "{\"linear_relu\": " << linear_relu << ", \"mlp\": " << mlp << ", \"mlp_layers\": " << mlp_layers
-      << ", \"skipped\": [";
+  std::string out = "{\"linear_relu\": " + std::to_string(linear_relu) + ", \"mlp\": " + std::to_string(mlp) +
+      ", \"mlp_layers\": " + std::to_string(mlp_layers) + ", \"skipped\": [";
   for (size_t i = 0; i < skipped.size(); ++i) {
-    out << (i ? ", " : "") << json_string(skipped[i]);
+    out += (i ? ", " : "") + json_string(skipped[i]);
   }
-  out << "]}";
-  return out.str();
+  return out + "]}";
 }
 
 FusionReport fuse_graph(const std::shared_ptr<torch::jit::Graph>& graph, const FuseOptions& options) {
