@@ -683,9 +683,11 @@ def load_baseline(path: Path | None) -> tuple[dict, str]:
 
 def metadata(args, threads_list, ceilings, baseline_note) -> dict:
     device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else cpu_model()
+    # $HYPATIA_COMMIT: where the tree was copied without its current .git (the GPU machine)
+    commit = os.environ.get("HYPATIA_COMMIT")
     try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+        commit = commit or subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                                          capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = None
     lib = Path(hypatia_ops.library_path()).resolve()

@@ -3,6 +3,7 @@
 #   gpu_check.sh [all|tests|bench] [bench_ops.py arguments...]
 # tests: build for sm_90 and run the whole suite, then the bundled models end to end on CUDA
 # (scripts/bench_models.sh); bench: scripts/bench_ops.py --device cuda; all (default): both.
+# Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
 # Logs and results go to $OUT (the device tool's folder) or docs/perf/latest; commit them
 # under docs/perf/ with the date.
 set -uo pipefail
@@ -20,7 +21,7 @@ if [ "$phase" = all ] || [ "$phase" = tests ]; then
   {
     echo "# Hypatia Ops GPU check"
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "commit: ${HYPATIA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
     echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
     python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda)'
     echo "nvcc: $(nvcc --version | tail -n 1)"

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -157,24 +158,36 @@ bool autotune_enabled() {
 }
 
 constexpr int kCandidates = 8;
-constexpr int kTimedRuns = 3;
+constexpr int kTimings = 3;
+constexpr int kMaxCallsPerTiming = 32;
+// Each timing spans calls back to back for at least this long: single calls of a few
+// microseconds are too noisy to rank (a 2.6x slower algorithm once won on one).
+constexpr float kMinTimingMs = 0.1f;
 
-// The best of kTimedRuns after one warm-up: enough for a one-off choice; infinity if `run` fails.
+// Milliseconds per call of `run` (the best of kTimings, after a warm-up call that also sets how
+// many calls each timing spans); infinity if `run` fails.
 template <typename Run>
 float time_ms(cudaStream_t stream, const Run& run) {
   cudaEvent_t start, stop;
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&stop));
+  auto timed = [&](int calls) {
+    C10_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < calls; ++i) {
+      run();
+    }
+    C10_CUDA_CHECK(cudaEventRecord(stop, stream));
+    C10_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms / calls;
+  };
   float best = std::numeric_limits<float>::infinity();
   if (run()) {
-    for (int i = 0; i < kTimedRuns; ++i) {
-      C10_CUDA_CHECK(cudaEventRecord(start, stream));
-      run();
-      C10_CUDA_CHECK(cudaEventRecord(stop, stream));
-      C10_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      best = std::min(best, ms);
+    const float first = timed(1);
+    const int calls = std::clamp(static_cast<int>(kMinTimingMs / std::max(first, 1e-4f)), 1, kMaxCallsPerTiming);
+    for (int i = 0; i < kTimings; ++i) {
+      best = std::min(best, timed(calls));
     }
   }
   C10_CUDA_CHECK(cudaEventDestroy(start));
