@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU benchmark on this machine (1 and 2 threads, default shapes) into docs/perf/cpu-<UTC date>/:
-# results.json, results.md, speedup.png and bench.log. Builds first (incremental).
+# results.json, results.md, speedup.png and bench.log; then the bundled models end to end in
+# hypatia-run (e2e.log). Builds first (incremental).
 # Extra arguments go to bench_ops.py, e.g. --only mlp or --dtypes float32.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,3 +11,5 @@ out="$root/docs/perf/cpu-$(date -u +%Y-%m-%d)"
 mkdir -p "$out"
 HYPATIA_OPS_LIBRARY="${HYPATIA_BUILD_DIR:-$root/build}/libhypatia_ops.so" PYTHONUNBUFFERED=1 \
   "$HYPATIA_PY" "$root/scripts/bench_ops.py" --device cpu --threads 1,2 --out "$out" "$@" 2>&1 | tee "$out/bench.log"
+# The bundled models end to end in the C++ app, original vs fused, 1 and 2 threads.
+"$root/scripts/bench_models.sh" cpu 1 2 2>&1 | tee "$out/e2e.log"
