@@ -2,6 +2,7 @@
 enable_auto_fusion, checked against the unfused models in float64."""
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -240,6 +241,47 @@ def test_cli_round_trip(cli, tmp_path, freeze):
     else:
         loaded.eval()
         assert_same_outputs_and_grads(loaded, model, x)
+
+
+def random_sequential(seed):
+    """A Linear/ReLU/Dropout stack nobody tuned for: random depth, widths, biases, ReLU forms and
+    dropout places (every ReLU follows a Linear, directly or through dropouts)."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    width = rng.randint(1, 9)
+    layers = []
+    for _ in range(rng.randint(1, 5)):
+        out = rng.randint(1, 9)
+        layers.append(nn.Linear(width, out, bias=rng.random() < 0.8))
+        width = out
+        if rng.random() < 0.3:
+            layers.append(nn.Dropout(0.3))
+        if rng.random() < 0.75:
+            layers.append(nn.ReLU(inplace=rng.random() < 0.5))
+        if rng.random() < 0.2:
+            layers.append(nn.Dropout(0.1))
+    return nn.Sequential(*layers).double().eval(), layers[0].in_features
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("form", ["script", "trace"])
+def test_cli_fuses_any_sequential(cli, tmp_path, seed, form):
+    model, in_features = random_sequential(seed)
+    x = torch.randn(7, in_features, dtype=torch.float64)
+    src = tmp_path / "in.pt"
+    (torch.jit.script(model) if form == "script" else torch.jit.trace(model, x)).save(str(src))
+    relus = sum(isinstance(m, nn.ReLU) for m in model)
+    for flags in ([], ["--freeze"]):
+        dst = tmp_path / f"out{len(flags)}.pt"
+        result = run_cli(cli, *flags, src, dst)
+        assert result.returncode == 0, result.stderr
+        fused = torch.jit.load(str(dst))
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), model(x), rtol=1e-12, atol=1e-12)
+        if flags:  # frozen: eval dropout is gone, so every Linear -> ReLU must have been fused
+            graph = str(fused.graph)
+            assert "aten::relu" not in graph, graph
+            assert ("hypatia::" in graph) == (relus > 0), graph
 
 
 @pytest.mark.parametrize("kind", ["missing", "corrupt"])
