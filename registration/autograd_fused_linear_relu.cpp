@@ -4,6 +4,7 @@
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
+#include <ATen/ops/threshold_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -12,6 +13,15 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Eager's ReLU backward from the saved mask: grad where the ReLU passed, 0 where it blocked.
+// ATen's CPU masked_fill is ~5x slower than threshold_backward on the mask as numbers (kept -> 1).
+at::Tensor relu_backward(const at::Tensor& grad, const at::Tensor& blocked) {
+  if (grad.is_cpu()) {
+    return at::threshold_backward(grad, blocked.logical_not().to(grad.scalar_type()), 0);
+  }
+  return grad.masked_fill(blocked, 0);
+}
 
 class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
  public:
@@ -31,7 +41,7 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
     const at::Tensor& weight = saved[1];
     const at::Tensor& relu_blocked = saved[2];
     const int64_t rows = ops::batch_rows(input);
-    const at::Tensor grad = grad_outputs[0].masked_fill(relu_blocked, 0).reshape({rows, weight.size(0)});
+    const at::Tensor grad = relu_backward(grad_outputs[0], relu_blocked).reshape({rows, weight.size(0)});
 
     at::Tensor grad_input, grad_weight, grad_bias;
     if (ctx->needs_input_grad(0)) {

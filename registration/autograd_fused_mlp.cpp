@@ -4,6 +4,7 @@
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
+#include <ATen/ops/threshold_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -69,7 +70,7 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     at::Tensor grad = as_2d(grad_outputs[0]);
     for (size_t i = layers; i-- > 0;) {
       if (i + 1 < layers || relu_last) {
-        grad = grad.masked_fill(as_2d(output(i)).le(0), 0);
+        grad = at::threshold_backward(grad, as_2d(output(i)), 0);  // eager's ReLU backward
       }
       if (ctx->needs_input_grad(1 + i)) {
         grads[1 + i] = grad.t().mm(i == 0 ? as_2d(input) : as_2d(output(i - 1)));
