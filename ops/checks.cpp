@@ -108,6 +108,32 @@ void check_mlp_args(
   }
 }
 
+c10::SymInt relu_mask_row_bytes(const c10::SymInt& out_features) {
+  return (out_features + 127) / 128 * 16;
+}
+
+void check_relu_mask(const char* op, const at::Tensor& grad, const at::Tensor& mask) {
+  const std::string prefix = std::string(op) + ": ";
+  TORCH_CHECK(grad.defined() && grad.dim() >= 1, prefix + "grad must be a tensor of at least 1 dimension");
+  TORCH_CHECK(
+      is_supported_dtype(grad.scalar_type()),
+      prefix + "grad must be float32, float64, bfloat16 or float16, but got " + c10::toString(grad.scalar_type()));
+  c10::SymInt rows = 1;
+  for (int64_t d = 0; d + 1 < grad.dim(); ++d) {
+    rows = rows * grad.sym_size(d);
+  }
+  const c10::SymInt row_bytes = relu_mask_row_bytes(grad.sym_size(-1));
+  TORCH_CHECK(
+      mask.defined() && mask.scalar_type() == at::kByte && mask.dim() == 2 && mask.sym_size(0) == rows &&
+          mask.sym_size(1) == row_bytes,
+      prefix + "mask must be uint8 [" + to_str(rows) + ", " + to_str(row_bytes) + "] for grad of shape " +
+          to_str(grad.sym_sizes()) + ", but got " + (mask.defined() ? c10::toString(mask.scalar_type()) : "None") +
+          " of shape " + (mask.defined() ? to_str(mask.sym_sizes()) : "[]"));
+  TORCH_CHECK(
+      mask.device() == grad.device(),
+      prefix + "mask must be on grad's device " + grad.device().str() + ", but is on " + mask.device().str());
+}
+
 c10::SymDimVector linear_output_shape(const at::Tensor& input, const c10::SymInt& out_features) {
   c10::SymDimVector shape(input.sym_sizes().begin(), input.sym_sizes().end());
   shape.back() = out_features;

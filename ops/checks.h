@@ -23,6 +23,15 @@ void check_mlp_args(
     at::TensorList weights,
     const c10::List<std::optional<at::Tensor>>& biases);
 
+// The ReLU mask of an output [*, N] as bits (cuBLASLt's RELU_AUX layout): row r of the
+// flattened output is bits [r * 8 * row_bytes, r * 8 * row_bytes + N), lowest bit of each byte
+// first, set where the ReLU passed; row_bytes = relu_mask_row_bytes(N) (a whole number of
+// 128-bit words, as cuBLASLt requires). Stored as uint8 [rows, row_bytes].
+c10::SymInt relu_mask_row_bytes(const c10::SymInt& out_features);
+
+// grad [*, N] and the mask of an output of that shape.
+void check_relu_mask(const char* op, const at::Tensor& grad, const at::Tensor& mask);
+
 // input.shape[:-1] + [out_features]
 c10::SymDimVector linear_output_shape(const at::Tensor& input, const c10::SymInt& out_features);
 

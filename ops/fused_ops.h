@@ -5,6 +5,7 @@
 #include <ATen/core/List.h>
 
 #include <optional>
+#include <tuple>
 #include <vector>
 
 namespace hypatia::ops {
@@ -54,6 +55,14 @@ at::Tensor fused_mlp_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 std::vector<at::Tensor> fused_mlp_forward_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+// fused_linear_relu's training forward: the output and its ReLU mask as bits (layout in
+// ops/checks.h), packed from the output.
+std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
+// bits [M, relu_mask_row_bytes(N)] of out2d [M, N] (ops/cuda/relu_mask_kernel.cu).
+void pack_relu_mask_cuda(const at::Tensor& out2d, at::Tensor& bits);
+// The gradient through the ReLU: grad [*, N] where the mask bit is set, 0 elsewhere.
+at::Tensor relu_mask_backward_cuda(const at::Tensor& grad, const at::Tensor& mask);
 // Runs the whole MLP in one kernel when every width is a multiple of 16 and <= 128, the dtype is
 // half or bfloat16, and x/weights/biases are contiguous; returns false (doing nothing) otherwise.
 // x2d [M, K0]; out2d [M, N_last] preallocated, contiguous, of x2d's dtype and device.
@@ -66,6 +75,9 @@ bool narrow_mlp_forward_cuda(
 at::Tensor fused_linear_relu_meta(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
 at::Tensor fused_mlp_meta(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_meta(
+    const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
+at::Tensor relu_mask_backward_meta(const at::Tensor& grad, const at::Tensor& mask);
 std::vector<at::Tensor> fused_mlp_forward_meta(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 

@@ -1,9 +1,10 @@
-// Autograd for fused_linear_relu: the forward saves input, weight and a 1-byte ReLU mask
-// (not the output); the backward is dgrad / wgrad / bias-sum on the masked gradient.
-// Built from differentiable ATen ops, so double backward works too.
+// Autograd for fused_linear_relu: the forward saves input, weight and the ReLU mask (not the
+// output): on CUDA 1 bit per element (_fused_linear_relu_masked), on CPU 1 byte. The backward is dgrad / wgrad / bias-sum on the masked gradient; under
+// create_graph it uses differentiable ATen ops only, so double backward works too.
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/threshold_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -15,11 +16,17 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Eager's ReLU backward from the saved mask: grad where the ReLU passed, 0 where it blocked.
-// ATen's CPU masked_fill is ~5x slower than threshold_backward on the mask as numbers (kept -> 1).
-at::Tensor relu_backward(const at::Tensor& grad, const at::Tensor& blocked) {
-  if (grad.is_cpu()) {
-    return at::threshold_backward(grad, blocked.logical_not().to(grad.scalar_type()), 0);
+at::Tensor relu_backward(const at::Tensor& grad, const at::Tensor& relu_mask) {
+  if (relu_mask.scalar_type() == at::kBool) {
+    // CPU, the mask is `blocked`. ATen's CPU masked_fill is ~5x slower than threshold_backward
+    // on the mask as numbers (passed -> 1).
+    return at::threshold_backward(grad, relu_mask.logical_not().to(grad.scalar_type()), 0);
   }
+  if (!at::GradMode::is_enabled()) {
+    return op_calls::relu_mask_backward(grad, relu_mask);
+  }
+  // create_graph: the same function of grad, built from an op that autograd can differentiate.
+  const at::Tensor blocked = op_calls::relu_mask_backward(at::ones_like(grad), relu_mask).eq(0);
   return grad.masked_fill(blocked, 0);
 }
 
@@ -28,9 +35,15 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
   static at::Tensor forward(
       AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    at::Tensor out = op_calls::fused_linear_relu(input, weight, bias);
-    // Eager relu's backward zeroes the gradient where out <= 0 and passes it elsewhere, NaN included.
-    ctx->save_for_backward({input, weight, out.le(0)});
+    at::Tensor out, relu_mask;
+    if (input.is_cpu()) {
+      out = op_calls::fused_linear_relu(input, weight, bias);
+      // Eager relu's backward zeroes the gradient where out <= 0 and passes it elsewhere, NaN included.
+      relu_mask = out.le(0);
+    } else {
+      std::tie(out, relu_mask) = op_calls::fused_linear_relu_masked(input, weight, bias);
+    }
+    ctx->save_for_backward({input, weight, relu_mask});
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     return out;
   }
@@ -39,9 +52,9 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& input = saved[0];
     const at::Tensor& weight = saved[1];
-    const at::Tensor& relu_blocked = saved[2];
+    const at::Tensor& relu_mask = saved[2];
     const int64_t rows = ops::batch_rows(input);
-    const at::Tensor grad = relu_backward(grad_outputs[0], relu_blocked).reshape({rows, weight.size(0)});
+    const at::Tensor grad = relu_backward(grad_outputs[0], relu_mask).reshape({rows, weight.size(0)});
 
     at::Tensor grad_input, grad_weight, grad_bias;
     if (ctx->needs_input_grad(0)) {

@@ -12,6 +12,23 @@ inline at::Tensor fused_linear_relu(
   return op.call(input, weight, bias);
 }
 
+inline std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("hypatia::_fused_linear_relu_masked", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
+  return op.call(input, weight, bias);
+}
+
+inline at::Tensor relu_mask_backward(const at::Tensor& grad, const at::Tensor& mask) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("hypatia::_relu_mask_backward", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op.call(grad, mask);
+}
+
 inline at::Tensor fused_mlp(
     const at::Tensor& input,
     at::TensorList weights,

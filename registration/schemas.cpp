@@ -7,6 +7,10 @@ TORCH_LIBRARY(hypatia, m) {
   m.def("fused_linear_relu(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", tags);
   // Linear layers with ReLU between them, and after the last one too when relu_last.
   m.def("fused_mlp(Tensor input, Tensor[] weights, Tensor?[] biases, bool relu_last=False) -> Tensor", tags);
+  // fused_linear_relu's CUDA training forward: the output and its ReLU mask as bits (ops/checks.h).
+  m.def("_fused_linear_relu_masked(Tensor input, Tensor weight, Tensor? bias=None) -> (Tensor, Tensor)", tags);
+  // The gradient through that ReLU: grad where the mask bit is set, 0 elsewhere.
+  m.def("_relu_mask_backward(Tensor grad, Tensor mask) -> Tensor", tags);
   // fused_mlp's training forward: every layer's output (post-activation), which its backward reads.
   m.def("_fused_mlp_forward(Tensor input, Tensor[] weights, Tensor?[] biases, bool relu_last) -> Tensor[]", tags);
 }

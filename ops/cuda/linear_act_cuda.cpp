@@ -3,12 +3,15 @@
 // cuBLASLt handle and workspace. Per shape, the heuristic's top candidates and ATen's own
 // addmm + relu are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the
 // heuristic's first pick). Where cuBLASLt offers no algorithm, ATen's addmm + relu.
+// Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
+// torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem.
 #include "ops/fused_ops.h"
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/relu.h>
 #include <c10/util/Exception.h>
@@ -99,7 +102,7 @@ void linear_act_aten(const at::Tensor& x, const at::Tensor& w, const OptionalTen
 // alignment (cuBLASLt kernels differ by alignment), and the device.
 struct AlgoKey {
   int device;
-  int64_t m, n, k;
+  int64_t m, n, k;  // of out [m, n] = x [m, k] @ w.T
   int dtype, compute, epilogue;
   uint32_t align_a, align_b, align_c, align_bias;
   bool operator==(const AlgoKey& o) const {
@@ -196,7 +199,8 @@ float time_ms(cudaStream_t stream, const Run& run) {
 }
 
 // Runs the matmul through cuBLASLt with the algorithm chosen for its key; returns false when
-// ATen's path should run instead (chosen as faster, or cuBLASLt has no algorithm for it).
+// ATen's path should run instead (chosen as faster, or cuBLASLt has no algorithm for it that
+// keeps NaN through the ReLU, or none is chosen yet and the stream is being captured).
 bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   const at::ScalarType dtype = x.scalar_type();
@@ -239,11 +243,12 @@ bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTenso
   const double alpha_d = 1.0, beta_d = 0.0;
   const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = is_double ? static_cast<const void*>(&beta_d) : &beta_f;
-  auto run_lt = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(handle, desc.get(), alpha, w.data_ptr(), a_layout.get(), x.data_ptr(), b_layout.get(), beta,
-                          out.data_ptr(), c_layout.get(), out.data_ptr(), c_layout.get(), &algo, workspace,
+  auto run_lt_on = [&](const cublasLtMatmulAlgo_t& algo, const at::Tensor& x_in, at::Tensor& out_to) {
+    return cublasLtMatmul(handle, desc.get(), alpha, w.data_ptr(), a_layout.get(), x_in.data_ptr(), b_layout.get(),
+                          beta, out_to.data_ptr(), c_layout.get(), out_to.data_ptr(), c_layout.get(), &algo, workspace,
                           workspace_size, stream);
   };
+  auto run_lt = [&](const cublasLtMatmulAlgo_t& algo) { return run_lt_on(algo, x, out); };
 
   if (const std::optional<AlgoChoice> cached = algo_cache().find(key)) {
     if (cached->use_aten) {
@@ -270,27 +275,44 @@ bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTenso
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       handle, desc.get(), a_layout.get(), b_layout.get(), c_layout.get(), c_layout.get(), pref.get(),
-      autotune_enabled() ? kCandidates : 1, heuristics, &found);
+      kCandidates, heuristics, &found);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     algo_cache().insert(key, AlgoChoice{/*use_aten=*/true});
     return false;
   }
 
-  // Timing needs a host sync, which a stream being captured into a CUDA graph forbids: there,
-  // take the heuristic's first pick without caching it, and time on a later, uncaptured call.
+  // Probing and timing need host syncs, which a stream being captured into a CUDA graph forbids:
+  // there, ATen's path (uncached); the choice is made on a later, uncaptured call.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone || !autotune_enabled()) {
-    HYPATIA_CUBLAS_CHECK(run_lt(heuristics[0].algo));
-    return true;
+  if (capture != cudaStreamCaptureStatusNone) {
+    return false;
   }
 
+  // The NaN probe: this problem with a NaN in row 0 of x, whose output row must come out all NaN.
+  at::Tensor x_nan, out_nan;
+  if (relu) {
+    x_nan = x.clone();
+    x_nan.select(0, 0).select(0, 0).fill_(std::numeric_limits<double>::quiet_NaN());
+    out_nan = at::empty_like(out);
+  }
+  auto keeps_nan = [&](const cublasLtMatmulAlgo_t& algo) {
+    return !relu || (run_lt_on(algo, x_nan, out_nan) == CUBLAS_STATUS_SUCCESS && out_nan[0].isnan().all().item<bool>());
+  };
+
   AlgoChoice best{/*use_aten=*/true};
-  float best_ms = time_ms(stream, [&] {
+  float best_ms = !autotune_enabled() ? std::numeric_limits<float>::infinity() : time_ms(stream, [&] {
     linear_act_aten(x, w, b, relu, out);
     return true;
   });
   for (int i = 0; i < found; ++i) {
+    if (!keeps_nan(heuristics[i].algo)) {
+      continue;
+    }
+    if (!autotune_enabled()) {  // the heuristic's first acceptable pick
+      best = AlgoChoice{/*use_aten=*/false, heuristics[i].algo};
+      break;
+    }
     const float ms = time_ms(stream, [&] { return run_lt(heuristics[i].algo) == CUBLAS_STATUS_SUCCESS; });
     if (ms < best_ms) {
       best_ms = ms;

@@ -12,6 +12,22 @@ at::Tensor fused_linear_relu_meta(const at::Tensor& input, const at::Tensor& wei
   return at::empty_symint(linear_output_shape(input, weight.sym_size(0)), input.options());
 }
 
+std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_meta(
+    const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
+  at::Tensor out = fused_linear_relu_meta(input, weight, bias);
+  c10::SymInt rows = 1;
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
+    rows = rows * input.sym_size(d);
+  }
+  at::Tensor bits = at::empty_symint({rows, relu_mask_row_bytes(weight.sym_size(0))}, input.options().dtype(at::kByte));
+  return {out, bits};
+}
+
+at::Tensor relu_mask_backward_meta(const at::Tensor& grad, const at::Tensor& mask) {
+  check_relu_mask("_relu_mask_backward", grad, mask);
+  return at::empty_symint(grad.sym_sizes(), grad.options());
+}
+
 std::vector<at::Tensor> fused_mlp_forward_meta(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   check_mlp_args("fused_mlp", input, weights, biases);
