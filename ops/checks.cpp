@@ -108,6 +108,14 @@ void check_mlp_args(
   }
 }
 
+c10::SymInt sym_batch_rows(const at::Tensor& t) {
+  c10::SymInt rows = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
+    rows = rows * t.sym_size(d);
+  }
+  return rows;
+}
+
 c10::SymInt relu_mask_row_bytes(const c10::SymInt& out_features) {
   return (out_features + 127) / 128 * 16;
 }
@@ -118,10 +126,7 @@ void check_relu_mask(const char* op, const at::Tensor& grad, const at::Tensor& m
   TORCH_CHECK(
       is_supported_dtype(grad.scalar_type()),
       prefix + "grad must be float32, float64, bfloat16 or float16, but got " + c10::toString(grad.scalar_type()));
-  c10::SymInt rows = 1;
-  for (int64_t d = 0; d + 1 < grad.dim(); ++d) {
-    rows = rows * grad.sym_size(d);
-  }
+  const c10::SymInt rows = sym_batch_rows(grad);
   const c10::SymInt row_bytes = relu_mask_row_bytes(grad.sym_size(-1));
   TORCH_CHECK(
       mask.defined() && mask.scalar_type() == at::kByte && mask.dim() == 2 && mask.sym_size(0) == rows &&

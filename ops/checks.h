@@ -32,6 +32,9 @@ c10::SymInt relu_mask_row_bytes(const c10::SymInt& out_features);
 // grad [*, N] and the mask of an output of that shape.
 void check_relu_mask(const char* op, const at::Tensor& grad, const at::Tensor& mask);
 
+// Rows of the [M, K] view of t [*, K] (the product of its batch dims), on symbolic sizes.
+c10::SymInt sym_batch_rows(const at::Tensor& t);
+
 // input.shape[:-1] + [out_features]
 c10::SymDimVector linear_output_shape(const at::Tensor& input, const c10::SymInt& out_features);
 

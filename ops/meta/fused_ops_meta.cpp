@@ -15,11 +15,7 @@ at::Tensor fused_linear_relu_meta(const at::Tensor& input, const at::Tensor& wei
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_meta(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
   at::Tensor out = fused_linear_relu_meta(input, weight, bias);
-  c10::SymInt rows = 1;
-  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
-    rows = rows * input.sym_size(d);
-  }
-  at::Tensor bits = at::empty_symint({rows, relu_mask_row_bytes(weight.sym_size(0))}, input.options().dtype(at::kByte));
+  at::Tensor bits = at::empty_symint({sym_batch_rows(input), relu_mask_row_bytes(weight.sym_size(0))}, input.options().dtype(at::kByte));
   return {out, bits};
 }
 

@@ -68,3 +68,14 @@ def test_torch_export(device):
     assert {"hypatia.fused_linear_relu.default", "hypatia.fused_mlp.default"} <= targets
     x2 = torch.randn(7, 8, device=device)
     assert rel_error(exported.module()(x2), net.reference(x2)) < 1e-5
+
+
+def test_training_forward_meta_shapes_and_mask_check():
+    # What FakeTensor sees of the CUDA training forward: the output, and its ReLU mask at 1 bit per
+    # element with rows padded to 128 bits; and the mask's check, on any device.
+    x, w = torch.empty(2, 3, 4, device="meta"), torch.empty(130, 4, device="meta")
+    out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, None)
+    assert out.shape == (2, 3, 130) and mask.shape == (6, 32) and mask.dtype == torch.uint8
+    assert torch.ops.hypatia._relu_mask_backward(out, mask).shape == (2, 3, 130)
+    with pytest.raises(RuntimeError, match=r"mask must be uint8 \[6, 32\] for grad of shape \[2, 3, 130\], but got Byte"):
+        torch.ops.hypatia._relu_mask_backward(out, mask[:, :3])
