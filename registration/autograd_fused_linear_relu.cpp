@@ -1,6 +1,7 @@
 // Autograd for fused_linear_relu: the forward saves input, weight and the ReLU mask (not the
-// output): on CUDA 1 bit per element (_fused_linear_relu_masked), on CPU 1 byte. The backward is dgrad / wgrad / bias-sum on the masked gradient; under
-// create_graph it uses differentiable ATen ops only, so double backward works too.
+// output): on CUDA 1 bit per element (_fused_linear_relu_masked), on CPU 1 byte. The backward
+// is dgrad / wgrad / bias-sum on the masked gradient; under create_graph it uses differentiable
+// ATen ops only, so double backward works too.
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 

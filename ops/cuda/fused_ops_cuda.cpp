@@ -34,13 +34,11 @@ at::Tensor fused_linear_relu_cuda(const at::Tensor& input, const at::Tensor& wei
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
   const c10::cuda::CUDAGuard device_guard(input.device());
-  check_linear_args("fused_linear_relu", input, weight, bias);
+  at::Tensor out = fused_linear_relu_with(linear_act_cuda_out, input, weight, bias);
   const int64_t rows = batch_rows(input), out_features = weight.size(0);
-  at::Tensor out2d = at::empty({rows, out_features}, input.options());
   at::Tensor bits = at::empty({rows, relu_mask_row_bytes(out_features).expect_int()}, input.options().dtype(at::kByte));
-  linear_act_cuda_out(input.reshape({rows, input.size(-1)}), weight, bias, /*relu=*/true, out2d);
-  pack_relu_mask_cuda(out2d, bits);
-  return {unflatten_rows(out2d, input), bits};
+  pack_relu_mask_cuda(out.view({rows, out_features}), bits);
+  return {out, bits};
 }
 
 std::vector<at::Tensor> fused_mlp_forward_cuda(

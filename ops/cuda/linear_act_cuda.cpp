@@ -2,7 +2,7 @@
 // the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends), on the current stream with PyTorch's
 // cuBLASLt handle and workspace. Per shape, the heuristic's top candidates and ATen's own
 // addmm + relu are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the
-// heuristic's first pick). Where cuBLASLt offers no algorithm, ATen's addmm + relu.
+// heuristic's first acceptable pick, untimed). Where cuBLASLt offers no algorithm, ATen's addmm + relu.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
 // torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem.
 #include "ops/fused_ops.h"

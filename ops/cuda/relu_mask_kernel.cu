@@ -111,10 +111,10 @@ at::Tensor relu_mask_backward_cuda(const at::Tensor& grad, const at::Tensor& mas
   const c10::cuda::CUDAGuard device_guard(grad.device());
   const at::Tensor g = grad.contiguous();
   at::Tensor grad_in = at::empty(grad.sizes(), grad.options());
-  const int64_t cols = grad.size(-1), rows = cols == 0 ? 0 : grad.numel() / cols;
   if (grad.numel() == 0) {
     return grad_in;
   }
+  const int64_t cols = grad.size(-1), rows = grad.numel() / cols;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const int64_t chunks = rows * ((cols + 7) / 8);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "relu_mask_backward_cuda", [&] {

@@ -15,7 +15,8 @@ at::Tensor fused_linear_relu_meta(const at::Tensor& input, const at::Tensor& wei
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_meta(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
   at::Tensor out = fused_linear_relu_meta(input, weight, bias);
-  at::Tensor bits = at::empty_symint({sym_batch_rows(input), relu_mask_row_bytes(weight.sym_size(0))}, input.options().dtype(at::kByte));
+  at::Tensor bits = at::empty_symint(
+      {sym_batch_rows(input), relu_mask_row_bytes(weight.sym_size(0))}, input.options().dtype(at::kByte));
   return {out, bits};
 }
 
