@@ -108,6 +108,46 @@ void check_mlp_args(
   }
 }
 
+void check_mlp_backward_args(
+    const char* op,
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    at::TensorList weights,
+    at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias,
+    bool relu_last) {
+  const std::string prefix = std::string(op) + ": ";
+  check_input(prefix, input);
+  TORCH_CHECK(!weights.empty(), prefix + "weights must hold at least one layer, but got an empty list");
+  const size_t layers = weights.size();
+  TORCH_CHECK(
+      has_bias.size() == layers, prefix + "has_bias must have one flag per layer, i.e. " + std::to_string(layers) +
+          ", but got " + std::to_string(has_bias.size()));
+  const size_t saved = layers - 1 + (relu_last ? 1 : 0);
+  TORCH_CHECK(
+      saved_outputs.size() == saved, prefix + "saved_outputs must hold the outputs of the " + std::to_string(saved) +
+          " layers that a ReLU follows, but got " + std::to_string(saved_outputs.size()));
+  auto check_like_output = [&](const std::string& name, const at::Tensor& t, const c10::SymInt& features) {
+    TORCH_CHECK(t.defined(), prefix + name + " must be a tensor, but got an undefined tensor");
+    check_same_dtype_and_device(prefix, name, t, input);
+    const c10::SymDimVector expected = linear_output_shape(input, features);
+    TORCH_CHECK(
+        t.sym_sizes() == c10::SymIntArrayRef(expected),
+        prefix + name + " must have shape " + to_str(expected) + ", but got " + to_str(t.sym_sizes()));
+  };
+  c10::SymInt features = input.sym_size(-1);
+  for (size_t i = 0; i < layers; ++i) {
+    const std::string name = "weights[" + std::to_string(i) + "]";
+    check_layer(prefix, name, weights[i], "", std::nullopt, input, features,
+                i == 0 ? std::string("input has last dimension") : "layer " + std::to_string(i - 1) + " produces");
+    features = weights[i].sym_size(0);
+    if (i < saved) {
+      check_like_output("saved_outputs[" + std::to_string(i) + "]", saved_outputs[i], features);
+    }
+  }
+  check_like_output("grad_out", grad_out, features);
+}
+
 c10::SymInt sym_batch_rows(const at::Tensor& t) {
   c10::SymInt rows = 1;
   for (int64_t d = 0; d + 1 < t.dim(); ++d) {

@@ -23,6 +23,17 @@ void check_mlp_args(
     at::TensorList weights,
     const c10::List<std::optional<at::Tensor>>& biases);
 
+// fused_mlp's backward: grad_out [*, N_last] like the output, has_bias one flag per layer, and
+// saved_outputs [*, N_i] for layers 0..L-2 (and L-1 when relu_last), all of the input's dtype and device.
+void check_mlp_backward_args(
+    const char* op,
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    at::TensorList weights,
+    at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias,
+    bool relu_last);
+
 // The ReLU mask of an output [*, N] as bits (cuBLASLt's RELU_AUX layout): row r of the
 // flattened output is bits [r * 8 * row_bytes, r * 8 * row_bytes + N), lowest bit of each byte
 // first, set where the ReLU passed; row_bytes = relu_mask_row_bytes(N) (a whole number of

@@ -3,6 +3,7 @@
 #include "ops/checks.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/threshold_backward.h>
 
 namespace hypatia::ops {
 
@@ -64,6 +65,50 @@ std::vector<at::Tensor> run_mlp_with(
     outputs.push_back(h);
   }
   return outputs;
+}
+
+std::vector<at::Tensor> fused_mlp_backward_aten(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    at::TensorList weights,
+    at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias,
+    bool relu_last,
+    bool input_grad,
+    bool params_grad) {
+  check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
+  const size_t layers = weights.size();
+  const int64_t rows = batch_rows(input);
+  auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}); };
+  std::vector<at::Tensor> grad_weights(layers), grad_biases(layers);
+  at::Tensor grad = as_2d(grad_out);
+  for (size_t i = layers; i-- > 0;) {
+    if (i + 1 < layers || relu_last) {
+      grad = at::threshold_backward(grad, as_2d(saved_outputs[i]), 0);  // eager's ReLU backward
+    }
+    if (params_grad) {
+      grad_weights[i] = grad.t().mm(i == 0 ? as_2d(input) : as_2d(saved_outputs[i - 1]));
+      if (has_bias.get(i)) {
+        grad_biases[i] = grad.sum(0);
+      }
+    }
+    if (i > 0 || input_grad) {
+      grad = grad.mm(weights[i]);
+    }
+  }
+  std::vector<at::Tensor> grads;
+  if (params_grad) {
+    grads = grad_weights;
+    for (size_t i = 0; i < layers; ++i) {
+      if (has_bias.get(i)) {
+        grads.push_back(grad_biases[i]);
+      }
+    }
+  }
+  if (input_grad) {
+    grads.push_back(grad.view(input.sizes()));
+  }
+  return grads;
 }
 
 }  // namespace hypatia::ops

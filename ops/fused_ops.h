@@ -41,6 +41,20 @@ std::vector<at::Tensor> run_mlp_with(
     bool relu_last,
     bool keep_hidden);
 
+// fused_mlp's backward from what its training forward saved: the input, the weights and the
+// outputs of every layer that a ReLU follows (layers 0..L-2, and L-1 too when relu_last). Returns
+// [grad_weights..., grad_biases (of layers with has_bias)...] when params_grad, then grad_input
+// when input_grad. Device-generic (ATen ops): eager's ReLU backward, wgrad, bias sum, dgrad per layer.
+std::vector<at::Tensor> fused_mlp_backward_aten(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    at::TensorList weights,
+    at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias,
+    bool relu_last,
+    bool input_grad,
+    bool params_grad);
+
 // CPU
 at::Tensor fused_linear_relu_cpu(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
 at::Tensor fused_mlp_cpu(
@@ -63,12 +77,22 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
 void pack_relu_mask_cuda(const at::Tensor& out2d, at::Tensor& bits);
 // The gradient through the ReLU: grad [*, N] where the mask bit is set, 0 elsewhere.
 at::Tensor relu_mask_backward_cuda(const at::Tensor& grad, const at::Tensor& mask);
-// Runs the whole MLP in one kernel when every width is a multiple of 16 and <= 128, the dtype is
-// half or bfloat16, and x/weights/biases are contiguous; returns false (doing nothing) otherwise.
-// x2d [M, K0]; out2d [M, N_last] preallocated, contiguous, of x2d's dtype and device.
+std::vector<at::Tensor> fused_mlp_backward_cuda(
+    const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
+// The narrow MLP (ops/cuda/narrow_mlp_kernel.cu): 1..16 layers, every width a multiple of 16 and
+// <= 128, half or bfloat16, dense 16-byte-aligned operands, sm_80 or newer.
+// Forward in one kernel: outputs[l] receives layer l's output ([M, N_l], preallocated dense), or is
+// undefined where it is not kept (the last must be defined). Returns false, doing nothing, on
+// shapes it does not cover.
 bool narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
-    at::Tensor& out2d);
+    at::TensorList outputs);
+// fused_mlp_backward_aten's result (2-D grad_input) with the ReLU masks, dgrads and bias sums in
+// one kernel and one wgrad GEMM per layer; nullopt, doing nothing, on shapes it does not cover.
+std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
+    const at::Tensor& grad_out2d, const at::Tensor& input2d, at::TensorList weights, at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
 #endif
 
 // Meta (shapes only; also what FakeTensor and torch.compile trace with)
@@ -80,5 +104,8 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_meta(
 at::Tensor relu_mask_backward_meta(const at::Tensor& grad, const at::Tensor& mask);
 std::vector<at::Tensor> fused_mlp_forward_meta(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+std::vector<at::Tensor> fused_mlp_backward_meta(
+    const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
 
 }  // namespace hypatia::ops

@@ -1,10 +1,9 @@
 // Autograd for fused_mlp: the forward keeps each layer's output (the next layer's input,
-// and the source of its ReLU mask); the backward walks the layers in reverse, masking the
-// gradient, then wgrad, bias sum and dgrad per layer.
+// and the source of its ReLU mask); the backward is one op, _fused_mlp_backward (masks, wgrad,
+// bias sums and dgrad of every layer; on CUDA the narrow MLP's in one kernel plus the wgrads).
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
-#include <ATen/ops/threshold_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -54,38 +53,33 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     const c10::List<bool> has_bias = ctx->saved_data["has_bias"].toBoolList();
     const bool relu_last = ctx->saved_data["relu_last"].toBool();
     const size_t layers = has_bias.size();
-    const at::Tensor& input = saved[0];
-    auto weight = [&](size_t i) -> const at::Tensor& { return saved[1 + i]; };
-    auto output = [&](size_t i) -> const at::Tensor& { return saved[1 + layers + i]; };
-    const int64_t rows = ops::batch_rows(input);
-    auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}); };
+    const at::TensorList weights(saved.data() + 1, layers);
+    const at::TensorList outputs(saved.data() + 1 + layers, saved.size() - 1 - layers);
 
     // Inputs as autograd numbers them: input, weights[0..L), present biases, has_bias, relu_last.
-    std::vector<size_t> bias_slot(layers);
     size_t slots = 1 + layers;
-    for (size_t i = 0; i < layers; ++i) {
-      bias_slot[i] = has_bias.get(i) ? slots++ : 0;
+    for (const bool present : has_bias) {
+      slots += present ? 1 : 0;
     }
-    variable_list grads(slots + 2);
-    at::Tensor grad = as_2d(grad_outputs[0]);
-    for (size_t i = layers; i-- > 0;) {
-      if (i + 1 < layers || relu_last) {
-        grad = at::threshold_backward(grad, as_2d(output(i)), 0);  // eager's ReLU backward
-      }
-      if (ctx->needs_input_grad(1 + i)) {
-        grads[1 + i] = grad.t().mm(i == 0 ? as_2d(input) : as_2d(output(i - 1)));
-      }
-      if (has_bias.get(i) && ctx->needs_input_grad(bias_slot[i])) {
-        grads[bias_slot[i]] = grad.sum(0);
-      }
-      if (i > 0 || ctx->needs_input_grad(0)) {
-        grad = grad.mm(weight(i));
+    bool params_grad = false;
+    for (size_t slot = 1; slot < slots; ++slot) {
+      params_grad = params_grad || ctx->needs_input_grad(slot);
+    }
+    const bool input_grad = ctx->needs_input_grad(0);
+    // [grad_weights..., grad_biases (present)...] when params_grad, then grad_input: the slot order.
+    std::vector<at::Tensor> grads = op_calls::fused_mlp_backward(
+        grad_outputs[0], saved[0], weights, outputs, has_bias, relu_last, input_grad, params_grad);
+    variable_list result(slots + 2);
+    size_t next = 0;
+    if (params_grad) {
+      for (size_t slot = 1; slot < slots; ++slot) {
+        result[slot] = grads[next++];
       }
     }
-    if (ctx->needs_input_grad(0)) {
-      grads[0] = grad.view(input.sizes());
+    if (input_grad) {
+      result[0] = grads[next];
     }
-    return grads;
+    return result;
   }
 };
 

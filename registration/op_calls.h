@@ -53,4 +53,21 @@ inline std::vector<at::Tensor> fused_mlp_forward(
   return op.call(input, weights, biases, relu_last);
 }
 
+inline std::vector<at::Tensor> fused_mlp_backward(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    at::TensorList weights,
+    at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias,
+    bool relu_last,
+    bool input_grad,
+    bool params_grad) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("hypatia::_fused_mlp_backward", "")
+                             .typed<std::vector<at::Tensor>(
+                                 const at::Tensor&, const at::Tensor&, at::TensorList, at::TensorList,
+                                 const c10::List<bool>&, bool, bool, bool)>();
+  return op.call(grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+}
+
 }  // namespace hypatia::op_calls

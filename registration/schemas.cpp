@@ -13,4 +13,10 @@ TORCH_LIBRARY(hypatia, m) {
   m.def("_relu_mask_backward(Tensor grad, Tensor mask) -> Tensor", tags);
   // fused_mlp's training forward: every layer's output (post-activation), which its backward reads.
   m.def("_fused_mlp_forward(Tensor input, Tensor[] weights, Tensor?[] biases, bool relu_last) -> Tensor[]", tags);
+  // fused_mlp's backward from those outputs (of the layers a ReLU follows): [grad_weights...,
+  // grad_biases of the layers with has_bias...] when params_grad, then grad_input when input_grad.
+  m.def(
+      "_fused_mlp_backward(Tensor grad_out, Tensor input, Tensor[] weights, Tensor[] saved_outputs, bool[] has_bias, "
+      "bool relu_last, bool input_grad, bool params_grad) -> Tensor[]",
+      tags);
 }

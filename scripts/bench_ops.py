@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -840,6 +841,7 @@ def parse_args():
                    "beside/inside the repo root; skipped if absent)")
     p.add_argument("--max-call-s", type=float, help="skip an implementation whose single call would take longer "
                    "(default 3 on CPU, 60 on CUDA)")
+    p.add_argument("--match", help="only rows whose 'op shape dtype' (e.g. 'mlp 65536x64-64x8L bfloat16') matches this regex")
     p.add_argument("--skip", default="", help="competitors to leave out, comma-separated: addmm_act,compile,jit")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
@@ -874,7 +876,10 @@ def build_cases(args) -> list[Case]:
                 M, K, N, layers = shape if kind == "mlp" else (*shape, 1)
                 if kind == "mlp" and dtype == "float16" and max(K, N) > NARROW:
                     continue
-                cases.append(Case(op, M, K, N, layers, dtype))
+                case = Case(op, M, K, N, layers, dtype)
+                if args.match and not re.search(args.match, f"{op} {case.label()} {dtype}"):
+                    continue
+                cases.append(case)
     if args.device == "cpu" and args.only in (None, "mlp") and (not args.dtypes or "float32" in args.dtypes):
         cases += [Case("mlp", M, D, H, layers, "float32", memory_only=True) for M, D, H, layers in shapes["memory_only"]]
     return cases

@@ -1,6 +1,6 @@
 // CUDA entry points: the same drivers as on CPU, with a device guard so that tensors on a
-// non-default GPU run there (and on that GPU's current stream). Inference fused_mlp first tries
-// the one-kernel narrow MLP (ops/cuda/narrow_mlp_kernel.cu).
+// non-default GPU run there (and on that GPU's current stream). fused_mlp, its training forward
+// and its backward first try the one-kernel narrow MLP (ops/cuda/narrow_mlp_kernel.cu).
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"
@@ -9,19 +9,47 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 namespace hypatia::ops {
 namespace {
 
-// HYPATIA_DISABLE_NARROW_MLP=1 (any value but "" and "0") sends fused_mlp down the per-layer
-// cuBLASLt path even where the one-kernel narrow MLP applies, e.g. to compare the two. Read once.
+// HYPATIA_DISABLE_NARROW_MLP=1 (any value but "" and "0") sends fused_mlp (forward and backward)
+// down the per-layer path even where the one-kernel narrow MLP applies, e.g. to compare the two.
+// Read once.
 bool narrow_mlp_enabled() {
   static const bool enabled = [] {
     const char* value = std::getenv("HYPATIA_DISABLE_NARROW_MLP");
     return value == nullptr || std::string(value).empty() || std::string(value) == "0";
   }();
   return enabled;
+}
+
+// Layer outputs [rows, N_i] from the one-kernel narrow MLP, each kept where `keep(i)`; nullopt
+// where that kernel does not cover the shapes.
+template <typename Keep>
+std::optional<std::vector<at::Tensor>> narrow_mlp_outputs(
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last, const Keep& keep) {
+  if (!narrow_mlp_enabled()) {
+    return std::nullopt;
+  }
+  const int64_t rows = batch_rows(input);
+  std::vector<at::Tensor> outputs(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (keep(i)) {
+      outputs[i] = at::empty({rows, weights[i].size(0)}, input.options());
+    }
+  }
+  if (!narrow_mlp_forward_cuda(input.reshape({rows, input.size(-1)}), weights, biases, relu_last, outputs)) {
+    return std::nullopt;
+  }
+  for (at::Tensor& out : outputs) {
+    if (out.defined()) {
+      out = unflatten_rows(out, input);
+    }
+  }
+  return outputs;
 }
 
 }  // namespace
@@ -44,20 +72,42 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
 std::vector<at::Tensor> fused_mlp_forward_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   const c10::cuda::CUDAGuard device_guard(input.device());
+  check_mlp_args("fused_mlp", input, weights, biases);
+  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, [](size_t) { return true; })) {
+    return *outputs;
+  }
   return run_mlp_with(linear_act_cuda_out, input, weights, biases, relu_last, /*keep_hidden=*/true);
 }
 
 at::Tensor fused_mlp_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   const c10::cuda::CUDAGuard device_guard(input.device());
-  if (narrow_mlp_enabled()) {
-    check_mlp_args("fused_mlp", input, weights, biases);
-    at::Tensor out2d = at::empty({batch_rows(input), weights.back().size(0)}, input.options());
-    if (narrow_mlp_forward_cuda(input.reshape({out2d.size(0), input.size(-1)}), weights, biases, relu_last, out2d)) {
-      return unflatten_rows(out2d, input);
-    }
+  check_mlp_args("fused_mlp", input, weights, biases);
+  const size_t last = weights.size() - 1;
+  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, [last](size_t i) { return i == last; })) {
+    return outputs->back();
   }
   return run_mlp_with(linear_act_cuda_out, input, weights, biases, relu_last, /*keep_hidden=*/false).back();
+}
+
+std::vector<at::Tensor> fused_mlp_backward_cuda(
+    const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
+  if (narrow_mlp_enabled()) {
+    const int64_t rows = batch_rows(input);
+    const at::Tensor grad_out2d = grad_out.reshape({rows, grad_out.size(-1)}).contiguous();
+    if (auto grads = narrow_mlp_backward_cuda(
+            grad_out2d, input.reshape({rows, input.size(-1)}), weights, saved_outputs, has_bias, relu_last, input_grad,
+            params_grad)) {
+      if (input_grad) {
+        grads->back() = grads->back().view(input.sizes());
+      }
+      return *grads;
+    }
+  }
+  return fused_mlp_backward_aten(grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
 }
 
 }  // namespace hypatia::ops

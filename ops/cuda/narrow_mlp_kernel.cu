@@ -1,23 +1,32 @@
-// fused_mlp for narrow layers (every width a multiple of 16, at most 128; half or bfloat16) as
-// ONE kernel: each CTA copies all layers' weights and biases into shared memory once, then its
-// warps walk 16-row tiles of the input. A warp keeps its tile in shared memory and runs every
-// layer on it with tensor cores (wmma 16x16x16, fp32 accumulation), rounding each layer's output
-// to the storage dtype as eager does; so the input is read once and the output written once.
+// fused_mlp for narrow layers (every width a multiple of 16, at most 128; half or bfloat16), forward
+// and backward, each as ONE kernel. Every CTA copies all layers' weights into shared memory once;
+// each warp then walks tiles of 16 * kMT rows and keeps a tile's activations in registers from
+// layer to layer: the fp32 accumulator fragment of mma.m16n8k16, rounded to the storage dtype as
+// eager rounds each layer's output, is exactly the A fragment of the next layer's mma. So the
+// forward reads the input once and writes the output once (and, in training, each hidden output,
+// which the backward needs); the backward reads grad_out and the saved outputs (for the ReLU masks)
+// once, writes each layer's masked gradient for the weight-gradient GEMMs, and sums the bias
+// gradients on chip.
 #include "ops/fused_ops.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/split_with_sizes.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace hypatia::ops {
@@ -27,58 +36,170 @@ constexpr int kMaxLayers = 16;
 constexpr int kMaxWidth = 128;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTileRows = 16;  // rows of one warp's tile: the wmma M
-constexpr int kPad = 8;        // elements added to each shared-memory row: no bank conflicts, 16-byte rows
-// Row stride (floats) of the 16x16 accumulator scratch: 24 rather than 16 spreads the rows of a
-// fragment store over all banks.
-constexpr int kScratchLd = 24;
-constexpr int kScratchFloats = 16 * kScratchLd;
+// Elements added to each shared-memory row: rows then start 16 bytes apart modulo 128, so the 8
+// rows that one ldmatrix reads, and the 8 rows a warp's fragment stores touch, hit different banks.
+constexpr int kPad = 8;
 
-// Shared-memory layout (byte offsets, all multiples of 32 as wmma needs): weights[l] as
-// [N_l, K_l + kPad], then biases[l] as N_l floats (zeros for None), then per warp two
-// activation tiles [kTileRows, act_stride] and a 16x16 float scratch for the accumulators.
-struct Params {
-  const void* x;   // [rows, width[0]]
-  void* out;       // [rows, width[layers]]
-  int64_t rows;
-  int64_t tiles;   // ceil(rows / kTileRows)
-  int layers;
+// What both kernels read of the layers: widths and weights ([width[l+1], width[l]] row-major), and
+// where each weight sits in shared memory ([width[l+1], width[l] + kPad]).
+struct Layers {
+  int count;
   int width[kMaxLayers + 1];
-  const void* weight[kMaxLayers];  // [width[l+1], width[l]]
-  const void* bias[kMaxLayers];    // [width[l+1]] or nullptr
-  int weight_offset[kMaxLayers];
-  int bias_offset[kMaxLayers];
-  int warp_offset;
-  int warp_bytes;
-  int act_stride;       // elements per activation row: max width + kPad
-  unsigned relu_mask;   // bit l: ReLU after layer l
+  const void* weight[kMaxLayers];
+  int weight_offset[kMaxLayers];  // bytes
 };
+
+struct ForwardParams {
+  Layers layers;
+  const void* x;                // [rows, width[0]]
+  void* out[kMaxLayers];        // layer l's output [rows, width[l+1]], or nullptr where not kept
+  const void* bias[kMaxLayers]; // [width[l+1]] or nullptr
+  int bias_offset[kMaxLayers];  // bytes: the biases as floats (zeros for None) in shared memory
+  int warp_offset;              // bytes: the per-warp tile buffer of 16 * kMT rows starts here
+  int warp_bytes;
+  int act_stride;               // elements per tile-buffer row: widest layer + kPad
+  unsigned relu_mask;           // bit l: ReLU after layer l
+  int64_t rows;
+  int64_t tiles;                // ceil(rows / (16 * kMT))
+};
+
+struct BackwardParams {
+  Layers layers;
+  const void* grad_out;           // [rows, width[count]]
+  const void* out[kMaxLayers];    // saved output of layer l (after its ReLU) where bit l of relu_mask is set
+  void* grad_pre[kMaxLayers];     // written: the gradient w.r.t. layer l's output before its ReLU, or nullptr
+  void* grad_input;               // written: [rows, width[0]], or nullptr
+  float* bias_grad;               // the CTAs' sums (fp32, bias_grad_floats of them, then a done-counter; zeroed by the host)
+  void* bias_grad_out[kMaxLayers];   // layer l's bias gradient in the storage dtype (written by the last CTA), or nullptr
+  int bias_grad_offset[kMaxLayers];  // floats into bias_grad (and the CTA's shared sums) for layer l, or -1
+  int bias_grad_floats;
+  int bias_sum_offset;            // bytes: the CTA's fp32 bias sums in shared memory
+  int warp_offset;                // bytes: each warp's two tile buffers (loads, then stores) start here
+  int warp_bytes;
+  int act_stride;                 // elements per tile-buffer row: widest layer + kPad
+  unsigned relu_mask;
+  int64_t rows;
+  int64_t tiles;
+};
+
+// The weight gradients of every layer, dW_l = G_l.T @ H_l over all rows, in one launch: CTA
+// (l, chunk) sums its chunk of rows, the CTAs of a layer add their sums (fp32) up, and the last
+// of them rounds the total into the storage dtype.
+struct WgradParams {
+  int count;
+  int width[kMaxLayers + 1];
+  const void* g[kMaxLayers];     // [rows, width[l+1]]: the gradient w.r.t. layer l's output before its ReLU
+  const void* h[kMaxLayers];     // [rows, width[l]]: layer l's input
+  float* sums;                   // fp32 [total], then `count` done-counters; zeroed by the host
+  int offset[kMaxLayers];        // floats: layer l's [width[l+1], width[l]] block of sums
+  int total;
+  void* out[kMaxLayers];         // layer l's weight gradient [width[l+1], width[l]] in the storage dtype
+  int chunks;                    // CTAs per layer: blockIdx.x = l * chunks + chunk
+  int64_t rows;
+  int64_t rows_per_chunk;        // a multiple of kWgradRows
+  int stage_bytes;               // one pipeline stage in shared memory: the G rows, then the H rows
+};
+
+// ----------------------------------------------------------------------------------------- device
 
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void store_rounded(__half* to, float v) { *to = __float2half_rn(v); }
+__device__ __forceinline__ void store_rounded(__nv_bfloat16* to, float v) { *to = __float2bfloat16_rn(v); }
 
-// Two floats rounded to nearest into the storage dtype, `lo` at the lower address.
+// Two floats rounded to nearest into the storage dtype (one cvt), `lo` at the lower address.
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
-  return uint32_t(__half_as_ushort(__float2half_rn(lo))) | (uint32_t(__half_as_ushort(__float2half_rn(hi))) << 16);
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
-  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
-      (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+// ReLU of a packed pair, NaN kept as torch.relu keeps it (max.NaN). Applied after the rounding,
+// with which it commutes.
+__device__ __forceinline__ uint32_t relu2(uint32_t v, __half) {
+  const __half2 r = __hmax2_nan(*reinterpret_cast<const __half2*>(&v), __float2half2_rn(0.f));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t relu2(uint32_t v, __nv_bfloat16) {
+  const __nv_bfloat162 r = __hmax2_nan(*reinterpret_cast<const __nv_bfloat162*>(&v), __float2bfloat162_rn(0.f));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ float2 unpack2(uint32_t v, __half) {
+  return make_float2(to_float(__ushort_as_half(uint16_t(v))), to_float(__ushort_as_half(uint16_t(v >> 16))));
+}
+__device__ __forceinline__ float2 unpack2(uint32_t v, __nv_bfloat16) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
 }
 
-// `v < 0 ? 0 : v` rather than fmaxf: ReLU must keep NaN, as torch.relu does.
-__device__ __forceinline__ float relu(float v) { return v < 0.f ? 0.f : v; }
+// d = a @ b + c for one 16x8x16 tile: a as 4 registers of element pairs (rows g and g+8, columns
+// 2t.. and 2t+8..), b as 2 (rows 2t.. and 2t+8.., column g), c and d as rows g and g+8, columns
+// 2t, 2t+1 (g = lane / 4, t = lane % 4).
+__device__ __forceinline__ void mma(
+    float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const float (&c)[4], __half) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+__device__ __forceinline__ void mma(
+    float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const float (&c)[4], __nv_bfloat16) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
 
-// Rows [tile * 16, tile * 16 + 16) of x [rows, k0] into dst [kTileRows, stride] in shared memory
-// with cp.async (16 bytes per copy, one commit group per call); rows past the end are zero-filled.
-// The copies land while the warp computes the previous tile.
+// Four 8x8 matrices of 16-bit elements from shared memory; lanes 8i..8i+7 give the row addresses
+// of matrix i. Lane l receives, of each matrix, row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (or,
+// transposed, rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// A warp's tile: kMT blocks of 16 rows, up to kW columns, as mma A fragments: a[mt][kb] holds
+// rows 16 mt + {g, g + 8}, columns 16 kb + {2t, 2t + 1, 2t + 8, 2t + 9}.
+template <int kW, int kMT>
+using Frags = uint32_t[kMT][kW / 16][4];
+
+// Every layer's weight into shared memory, [N, K + kPad] rows; by the whole CTA.
+__device__ __forceinline__ void load_weights(unsigned char* smem, const Layers& layers, int element_size) {
+  for (int l = 0; l < layers.count; ++l) {
+    const int K = layers.width[l], N = layers.width[l + 1];
+    const int chunks_per_row = K * element_size / 16;
+    unsigned char* w = smem + layers.weight_offset[l];
+    const uint4* gw = static_cast<const uint4*>(layers.weight[l]);
+    for (int c = threadIdx.x; c < N * chunks_per_row; c += kThreads) {
+      const int n = c / chunks_per_row, chunk = c % chunks_per_row;
+      *reinterpret_cast<uint4*>(w + (n * (K + kPad)) * element_size + chunk * 16) = __ldg(gw + c);
+    }
+  }
+}
+
+// Rows [row0, row0 + rows_per_tile) of x [rows, k0] into dst [rows_per_tile, stride] in shared
+// memory with cp.async, 16 bytes per copy, one commit group per call; rows past the end are zero.
 template <typename T>
 __device__ __forceinline__ void issue_tile_load(
-    T* dst, int stride, const T* __restrict__ x, int64_t rows, int k0, int64_t tile, int lane) {
+    T* dst, int stride, const T* __restrict__ x, int64_t rows, int k0, int64_t row0, int rows_per_tile, int lane) {
   const int chunks_per_row = k0 / 8;
-  for (int c = lane; c < kTileRows * chunks_per_row; c += 32) {
+  for (int c = lane; c < rows_per_tile * chunks_per_row; c += 32) {
     const int r = c / chunks_per_row, col = (c % chunks_per_row) * 8;
-    const int64_t row = tile * kTileRows + r;
+    const int64_t row = row0 + r;
     const bool in_range = row < rows;
     const T* src = in_range ? x + row * k0 + col : x;  // a valid address even when nothing is read
     const unsigned dst_addr = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * stride + col));
@@ -87,307 +208,827 @@ __device__ __forceinline__ void issue_tile_load(
   }
 }
 
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits for all but the most recent commit group of this thread.
-__device__ __forceinline__ void cp_async_wait_all_but_last() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
-
-// act[16, N] = act?(act[16, K] @ w.T + b) in place, for one warp's tile. `w` is [N, ldw] in shared
-// memory: read as a col_major matrix_b with ldm = ldw it is exactly w.T.
-template <typename T, int kMaxNT>
-__device__ __forceinline__ void run_layer(
-    T* act, int act_stride, const T* w, int ldw, const float* bias, int K, int N, bool apply_relu,
-    float* scratch, int lane) {
-  using namespace nvcuda;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kMaxNT];
+// The A fragments of columns [0, K) of a tile in shared memory ([16 kMT, stride] row-major).
+template <typename T, int kW, int kMT>
+__device__ __forceinline__ void tile_to_frags(Frags<kW, kMT>& a, const T* tile, int stride, int K, int lane) {
+  // Lanes 0-15 address rows 0-15 at column 0 of the 16-column block, lanes 16-31 the same rows at
+  // column 8: matrices (rows 0-7, 8-15) x (columns 0-7, 8-15) in the order of a's registers.
+  const T* base = tile + (lane % 16) * stride + (lane / 16) * 8;
 #pragma unroll
-  for (int j = 0; j < kMaxNT; ++j) {
-    if (j < N / 16) {
-      wmma::fill_fragment(acc[j], 0.f);
-    }
-  }
-  for (int k = 0; k < K; k += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-    wmma::load_matrix_sync(a, act + k, act_stride);
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int j = 0; j < kMaxNT; ++j) {
-      if (j < N / 16) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-        wmma::load_matrix_sync(b, w + j * 16 * ldw + k, ldw);
-        wmma::mma_sync(acc[j], a, b, acc[j]);
+    for (int kb = 0; kb < kW / 16; ++kb) {
+      if (kb < K / 16) {
+        ldmatrix_x4(a[mt][kb], base + mt * 16 * stride + kb * 16);
       }
     }
   }
-  __syncwarp();  // every lane has read its inputs before the outputs overwrite them
+}
 
-  // Lane handles 8 consecutive outputs of one row of each 16x16 block.
-  const int r = lane / 2, c = (lane % 2) * 8;
+// a <- act(a @ w.T + bias) over N output columns, rounded to T: one layer of the forward. The
+// bias is the accumulators' initial value (the fp32 sum is rounded once, as in eager's epilogue).
+// w is [N, ldw] in shared memory (non-transposed ldmatrix of its rows gives B = w.T's fragments).
+template <typename T, int kW, int kMT>
+__device__ __forceinline__ void forward_layer(
+    Frags<kW, kMT>& a, const T* w, int ldw, const float* bias, int K, int N, bool apply_relu, int lane) {
+  constexpr int kNT = kW / 8, kKB = kW / 16;
+  float acc[kMT][kNT][4];
+  // Matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) of a 16x16 block
+  // of w: the b registers of n-tiles 2np and 2np + 1.
+  const T* b_base = w + ((lane % 8) + (lane / 16) * 8) * ldw + ((lane / 8) % 2) * 8;
 #pragma unroll
-  for (int j = 0; j < kMaxNT; ++j) {
-    if (j < N / 16) {
-      wmma::store_matrix_sync(scratch, acc[j], kScratchLd, wmma::mem_row_major);
-      __syncwarp();
-      const float* acc_row = scratch + r * kScratchLd + c;
-      const float* b = bias + j * 16 + c;
-      const float4 a0 = *reinterpret_cast<const float4*>(acc_row);
-      const float4 a1 = *reinterpret_cast<const float4*>(acc_row + 4);
-      const float4 b0 = *reinterpret_cast<const float4*>(b);
-      const float4 b1 = *reinterpret_cast<const float4*>(b + 4);
-      float v[8] = {a0.x + b0.x, a0.y + b0.y, a0.z + b0.z, a0.w + b0.w,
-                    a1.x + b1.x, a1.y + b1.y, a1.z + b1.z, a1.w + b1.w};
-      if (apply_relu) {
+  for (int kb = 0; kb < kKB; ++kb) {
+    if (kb < K / 16) {
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          v[q] = relu(v[q]);
+      for (int np = 0; np < kKB; ++np) {
+        if (np < N / 16) {
+          uint32_t b[4];
+          ldmatrix_x4(b, b_base + np * 16 * ldw + kb * 16);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int nt = 2 * np + half;
+            float init[4];
+            if (kb == 0) {
+              const float2 bv = *reinterpret_cast<const float2*>(bias + nt * 8 + 2 * (lane % 4));
+              init[0] = init[2] = bv.x;
+              init[1] = init[3] = bv.y;
+            }
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma(acc[mt][nt], a[mt][kb], b[2 * half], b[2 * half + 1], kb == 0 ? init : acc[mt][nt], T());
+            }
+          }
         }
       }
-      const uint4 packed = make_uint4(
-          pack2(v[0], v[1], T()), pack2(v[2], v[3], T()), pack2(v[4], v[5], T()), pack2(v[6], v[7], T()));
-      *reinterpret_cast<uint4*>(act + r * act_stride + j * 16 + c) = packed;
-      __syncwarp();  // scratch is reused by the next block
+    }
+  }
+  // Accumulator n-tiles 2j and 2j + 1 are the A fragment of column block j of the next layer.
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    if (nt < N / 8) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        uint32_t lo = pack2(acc[mt][nt][0], acc[mt][nt][1], T()), hi = pack2(acc[mt][nt][2], acc[mt][nt][3], T());
+        if (apply_relu) {
+          lo = relu2(lo, T());
+          hi = relu2(hi, T());
+        }
+        a[mt][nt / 2][(nt % 2) * 2] = lo;
+        a[mt][nt / 2][(nt % 2) * 2 + 1] = hi;
+      }
     }
   }
 }
 
-// kMaxNT: the largest width / 16 the instance handles (it sizes the register arrays).
-template <typename T, int kMaxNT>
-__global__ void __launch_bounds__(kThreads) narrow_mlp_kernel(const __grid_constant__ Params p) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // bf16 wmma needs sm_80; the host never launches below
+// Columns [0, N) of the tile in `a` to rows [row0, row0 + 16 kMT) of dst [rows, N], through the
+// warp's shared-memory tile `stage` so that global stores are 16 bytes wide and coalesced.
+template <typename T, int kW, int kMT>
+__device__ __forceinline__ void store_tile(
+    const Frags<kW, kMT>& a, T* stage, int stride, T* __restrict__ dst, int N, int64_t row0, int64_t rows,
+    bool streaming, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  __syncwarp();  // every lane is done reading `stage` (the tile's input) before it is overwritten
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int kb = 0; kb < kW / 16; ++kb) {
+      if (kb < N / 16) {
+        T* p = stage + (mt * 16 + g) * stride + kb * 16 + 2 * t;
+        *reinterpret_cast<uint32_t*>(p) = a[mt][kb][0];
+        *reinterpret_cast<uint32_t*>(p + 8 * stride) = a[mt][kb][1];
+        *reinterpret_cast<uint32_t*>(p + 8) = a[mt][kb][2];
+        *reinterpret_cast<uint32_t*>(p + 8 * stride + 8) = a[mt][kb][3];
+      }
+    }
+  }
+  __syncwarp();
+  const int chunks_per_row = N / 8;
+  for (int c = lane; c < 16 * kMT * chunks_per_row; c += 32) {
+    const int r = c / chunks_per_row, col = (c % chunks_per_row) * 8;
+    const int64_t row = row0 + r;
+    if (row < rows) {
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + r * stride + col);
+      uint4* to = reinterpret_cast<uint4*>(dst + row * N + col);
+      if (streaming) {
+        __stcs(to, v);
+      } else {
+        *to = v;
+      }
+    }
+  }
+  __syncwarp();  // `stage` is free again
+}
+
+template <typename T, int kW, int kMT>
+__global__ void __launch_bounds__(kThreads) narrow_mlp_forward_kernel(const __grid_constant__ ForwardParams p) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // bf16 mma and cp.async need sm_80; the host never launches below
+  constexpr int kRows = 16 * kMT;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* warp_smem = smem + p.warp_offset + warp * p.warp_bytes;
-  const int tile_elems = kTileRows * p.act_stride;
-  // Two activation tiles per warp: one computed on while the next tile streams into the other.
-  T* const act_buffers = reinterpret_cast<T*>(warp_smem);
-  float* scratch = reinterpret_cast<float*>(warp_smem + 2 * tile_elems * sizeof(T));
+  // The warp's tile buffer: the input tile lands here, then it stages each output for the stores.
+  // One per warp (not two, prefetching) leaves room for twice the warps, which hide the loads better.
+  T* const act = reinterpret_cast<T*>(smem + p.warp_offset + warp * p.warp_bytes);
   const T* x = static_cast<const T*>(p.x);
-  T* out = static_cast<T*>(p.out);
-  const int k0 = p.width[0], n_out = p.width[p.layers];
+  const int L = p.layers.count, k0 = p.layers.width[0];
   const int64_t tile_step = int64_t(gridDim.x) * kWarps;
   int64_t tile = int64_t(blockIdx.x) * kWarps + warp;
 
   // The first tile's copies overlap the weight copy.
   if (tile < p.tiles) {
-    issue_tile_load(act_buffers, p.act_stride, x, p.rows, k0, tile, lane);
+    issue_tile_load(act, p.act_stride, x, p.rows, k0, tile * kRows, kRows, lane);
   }
   cp_async_commit();
-
-  for (int l = 0; l < p.layers; ++l) {
-    const int K = p.width[l], N = p.width[l + 1];
-    const int chunks_per_row = K / 8;
-    T* w = reinterpret_cast<T*>(smem + p.weight_offset[l]);
-    const uint4* gw = static_cast<const uint4*>(p.weight[l]);
-    for (int c = threadIdx.x; c < N * chunks_per_row; c += kThreads) {
-      const int n = c / chunks_per_row, k = (c % chunks_per_row) * 8;
-      *reinterpret_cast<uint4*>(w + n * (K + kPad) + k) = __ldg(gw + c);
-    }
+  load_weights(smem, p.layers, sizeof(T));
+  for (int l = 0; l < L; ++l) {
     float* b = reinterpret_cast<float*>(smem + p.bias_offset[l]);
     const T* gb = static_cast<const T*>(p.bias[l]);
-    for (int n = threadIdx.x; n < N; n += kThreads) {
+    for (int n = threadIdx.x; n < p.layers.width[l + 1]; n += kThreads) {
       b[n] = gb ? to_float(gb[n]) : 0.f;
     }
   }
   __syncthreads();  // the only block-wide barrier: from here on each warp works on its own rows
 
-  for (int slot = 0; tile < p.tiles; tile += tile_step, slot ^= 1) {
-    T* act = act_buffers + slot * tile_elems;
-    if (tile + tile_step < p.tiles) {
-      issue_tile_load(act_buffers + (slot ^ 1) * tile_elems, p.act_stride, x, p.rows, k0, tile + tile_step, lane);
-    }
-    cp_async_commit();  // possibly empty, so that "all but the last group" is always this tile
-    cp_async_wait_all_but_last();
+  for (; tile < p.tiles; tile += tile_step) {
+    cp_async_wait_all();
     __syncwarp();  // every lane's copies of this tile are visible to the whole warp
-
-    for (int l = 0; l < p.layers; ++l) {
-      const int K = p.width[l];
-      run_layer<T, kMaxNT>(
-          act, p.act_stride, reinterpret_cast<const T*>(smem + p.weight_offset[l]), K + kPad,
-          reinterpret_cast<const float*>(smem + p.bias_offset[l]), K, p.width[l + 1], (p.relu_mask >> l) & 1u,
-          scratch, lane);
-    }
-
-    const int chunks_per_row = n_out / 8;
-    for (int c = lane; c < kTileRows * chunks_per_row; c += 32) {
-      const int r = c / chunks_per_row, col = (c % chunks_per_row) * 8;
-      const int64_t row = tile * kTileRows + r;
-      if (row < p.rows) {
-        __stcs(reinterpret_cast<uint4*>(out + row * n_out + col),
-               *reinterpret_cast<const uint4*>(act + r * p.act_stride + col));
+    Frags<kW, kMT> a;
+    tile_to_frags<T, kW, kMT>(a, act, p.act_stride, k0, lane);
+    for (int l = 0; l < L; ++l) {
+      const int K = p.layers.width[l], N = p.layers.width[l + 1];
+      forward_layer<T, kW, kMT>(
+          a, reinterpret_cast<const T*>(smem + p.layers.weight_offset[l]), K + kPad,
+          reinterpret_cast<const float*>(smem + p.bias_offset[l]), K, N, (p.relu_mask >> l) & 1u, lane);
+      if (p.out[l] != nullptr) {  // always for the last layer, which ends with `act` free again
+        store_tile<T, kW, kMT>(a, act, p.act_stride, static_cast<T*>(p.out[l]), N, tile * kRows, p.rows, l + 1 == L, lane);
       }
     }
-    __syncwarp();  // all lanes are done with `act` before the next iteration refills it
+    if (tile + tile_step < p.tiles) {
+      issue_tile_load(act, p.act_stride, x, p.rows, k0, (tile + tile_step) * kRows, kRows, lane);
+    }
+    cp_async_commit();
   }
 #endif
 }
+
+// Eager's ReLU backward (threshold_backward at 0): each gradient in `a` is kept where the saved
+// output `h` (the same tile's fragments) is not <= 0, NaN included, and zeroed elsewhere.
+template <typename T, int kW, int kMT>
+__device__ __forceinline__ void apply_relu_mask(Frags<kW, kMT>& a, const Frags<kW, kMT>& h, int N) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int kb = 0; kb < kW / 16; ++kb) {
+      if (kb < N / 16) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 v = unpack2(h[mt][kb][i], T());
+          a[mt][kb][i] &= (v.x <= 0.f ? 0u : 0x0000ffffu) | (v.y <= 0.f ? 0u : 0xffff0000u);
+        }
+      }
+    }
+  }
+}
+
+// Column sums of the tile's N columns (rows past the end are 0), added into sums[0, N) in shared memory.
+template <typename T, int kW, int kMT>
+__device__ __forceinline__ void accumulate_bias(const Frags<kW, kMT>& a, float* sums, int N, int lane) {
+#pragma unroll
+  for (int kb = 0; kb < kW / 16; ++kb) {
+    if (kb < N / 16) {
+      float s[4] = {0.f, 0.f, 0.f, 0.f};  // columns 2t, 2t + 1, 2t + 8, 2t + 9 of the block
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        const float2 r0 = unpack2(a[mt][kb][0], T()), r1 = unpack2(a[mt][kb][1], T());
+        const float2 r0h = unpack2(a[mt][kb][2], T()), r1h = unpack2(a[mt][kb][3], T());
+        s[0] += r0.x + r1.x;
+        s[1] += r0.y + r1.y;
+        s[2] += r0h.x + r1h.x;
+        s[3] += r0h.y + r1h.y;
+      }
+#pragma unroll
+      for (int offset = 4; offset < 32; offset *= 2) {  // over the 8 row groups g
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[i] += __shfl_xor_sync(0xffffffffu, s[i], offset);
+        }
+      }
+      if (lane < 4) {
+        float* col = sums + kb * 16 + 2 * lane;
+        atomicAdd(col, s[0]);
+        atomicAdd(col + 1, s[1]);
+        atomicAdd(col + 8, s[2]);
+        atomicAdd(col + 9, s[3]);
+      }
+    }
+  }
+}
+
+// a <- a @ w over K output columns, rounded to T: the input gradient of one layer (a: [rows, N]
+// gradients of its output, w: [N, ldw] in shared memory; transposed ldmatrix gives B = w's fragments).
+template <typename T, int kW, int kMT>
+__device__ __forceinline__ void dgrad_layer(Frags<kW, kMT>& a, const T* w, int ldw, int K, int N, int lane) {
+  constexpr int kNT = kW / 8, kKB = kW / 16;
+  float acc[kMT][kNT][4];
+  float zero[4] = {0.f, 0.f, 0.f, 0.f};  // not const: the ?: below picks between it and an accumulator
+  // Matrices (rows 0-7, columns 0-7), (rows 8-15, columns 0-7), (rows 0-7, columns 8-15),
+  // (rows 8-15, columns 8-15) of a 16x16 block of w, transposed: b registers of n-tiles 2np, 2np + 1.
+  const T* b_base = w + ((lane % 8) + ((lane / 8) % 2) * 8) * ldw + (lane / 16) * 8;
+#pragma unroll
+  for (int kb = 0; kb < kKB; ++kb) {
+    if (kb < N / 16) {
+#pragma unroll
+      for (int np = 0; np < kKB; ++np) {
+        if (np < K / 16) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, b_base + kb * 16 * ldw + np * 16);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma(acc[mt][2 * np], a[mt][kb], b[0], b[1], kb == 0 ? zero : acc[mt][2 * np], T());
+            mma(acc[mt][2 * np + 1], a[mt][kb], b[2], b[3], kb == 0 ? zero : acc[mt][2 * np + 1], T());
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    if (nt < K / 8) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        a[mt][nt / 2][(nt % 2) * 2] = pack2(acc[mt][nt][0], acc[mt][nt][1], T());
+        a[mt][nt / 2][(nt % 2) * 2 + 1] = pack2(acc[mt][nt][2], acc[mt][nt][3], T());
+      }
+    }
+  }
+}
+
+// The backward chain: per tile, grad_out's rows go back through every layer (mask, dgrad) in
+// registers. The gradient that reaches each layer's GEMM is rounded to T and masked exactly where
+// eager's mm and threshold_backward round and mask it. Global memory is read and written in
+// 16-byte pieces through the warp's two tile buffers: `in` (tiles that cp.async brings, turned into
+// fragments by ldmatrix) and `stage` (fragments on their way out).
+template <typename T, int kW, int kMT>
+__global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __grid_constant__ BackwardParams p) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int kRows = 16 * kMT;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* const in = reinterpret_cast<T*>(smem + p.warp_offset + warp * p.warp_bytes);
+  T* const stage = in + kRows * p.act_stride;
+  float* bias_sums = reinterpret_cast<float*>(smem + p.bias_sum_offset);
+  load_weights(smem, p.layers, sizeof(T));
+  for (int i = threadIdx.x; i < p.bias_grad_floats; i += kThreads) {
+    bias_sums[i] = 0.f;
+  }
+  __syncthreads();
+
+  const int L = p.layers.count;
+  auto weight = [&](int l) { return reinterpret_cast<const T*>(smem + p.layers.weight_offset[l]); };
+  // Rows [row0, row0 + kRows) of src [rows, N] into `in`; the fragments are read by `take`.
+  auto fetch = [&](const void* src, int N, int64_t row0) {
+    issue_tile_load(in, p.act_stride, static_cast<const T*>(src), p.rows, N, row0, kRows, lane);
+    cp_async_commit();
+  };
+  auto take = [&](Frags<kW, kMT>& frags, int N) {
+    cp_async_wait_all();
+    __syncwarp();
+    tile_to_frags<T, kW, kMT>(frags, in, p.act_stride, N, lane);
+    __syncwarp();  // `in` may be refilled
+  };
+  // Layer l's output gradient in `a`, masked already: keep it for the weight gradient, sum it for
+  // the bias gradient.
+  auto finish_layer = [&](const Frags<kW, kMT>& a, int l, int64_t row0) {
+    const int N = p.layers.width[l + 1];
+    if (p.grad_pre[l] != nullptr) {
+      store_tile<T, kW, kMT>(a, stage, p.act_stride, static_cast<T*>(p.grad_pre[l]), N, row0, p.rows, false, lane);
+    }
+    if (p.bias_grad_offset[l] >= 0) {
+      accumulate_bias<T, kW, kMT>(a, bias_sums + p.bias_grad_offset[l], N, lane);
+    }
+  };
+
+  for (int64_t tile = int64_t(blockIdx.x) * kWarps + warp; tile < p.tiles; tile += int64_t(gridDim.x) * kWarps) {
+    const int64_t row0 = tile * kRows;
+    Frags<kW, kMT> a, h;
+    fetch(p.grad_out, p.layers.width[L], row0);
+    take(a, p.layers.width[L]);
+    if ((p.relu_mask >> (L - 1)) & 1u) {
+      fetch(p.out[L - 1], p.layers.width[L], row0);
+      take(h, p.layers.width[L]);
+      apply_relu_mask<T, kW, kMT>(a, h, p.layers.width[L]);
+    }
+    finish_layer(a, L - 1, row0);
+    for (int l = L - 1; l > 0 || (l == 0 && p.grad_input != nullptr); --l) {
+      if (l > 0) {  // the next mask's tile streams in while the mmas run
+        fetch(p.out[l - 1], p.layers.width[l], row0);
+      }
+      dgrad_layer<T, kW, kMT>(a, weight(l), p.layers.width[l] + kPad, p.layers.width[l], p.layers.width[l + 1], lane);
+      if (l > 0) {  // a ReLU follows every layer but the last
+        take(h, p.layers.width[l]);
+        apply_relu_mask<T, kW, kMT>(a, h, p.layers.width[l]);
+        finish_layer(a, l - 1, row0);
+      } else {
+        store_tile<T, kW, kMT>(a, stage, p.act_stride, static_cast<T*>(p.grad_input), p.layers.width[0], row0, p.rows,
+                               true, lane);
+      }
+    }
+  }
+
+  if (p.bias_grad_floats == 0) {
+    return;
+  }
+  // Every CTA adds its sums; the last one to finish rounds the totals into the outputs (so that no
+  // further kernel, or op per layer, is needed for them).
+  __shared__ bool last;
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.bias_grad_floats; i += kThreads) {
+    atomicAdd(p.bias_grad + i, bias_sums[i]);
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* done = reinterpret_cast<unsigned*>(p.bias_grad + p.bias_grad_floats);
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last) {
+    __threadfence();
+    for (int l = 0; l < L; ++l) {
+      if (p.bias_grad_offset[l] >= 0) {
+        for (int i = threadIdx.x; i < p.layers.width[l + 1]; i += kThreads) {
+          store_rounded(static_cast<T*>(p.bias_grad_out[l]) + i, __ldcg(p.bias_grad + p.bias_grad_offset[l] + i));
+        }
+      }
+    }
+  }
+#endif
+}
+
+constexpr int kWgradRows = 128;  // rows per pipeline stage of the wgrad kernel
+constexpr int kWgradStages = 3;
+
+// Rows [row0, row0 + kWgradRows) of src [*, cols] (rows >= end read as 0) into dst [kWgradRows, cols + kPad].
+template <typename T>
+__device__ __forceinline__ void issue_rows_load(T* dst, const T* __restrict__ src, int cols, int64_t row0, int64_t end) {
+  const int chunks_per_row = cols / 8;
+  for (int c = threadIdx.x; c < kWgradRows * chunks_per_row; c += kThreads) {
+    const int r = c / chunks_per_row, col = (c % chunks_per_row) * 8;
+    const int64_t row = row0 + r;
+    const bool in_range = row < end;
+    const T* from = in_range ? src + row * cols + col : src;
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * (cols + kPad) + col));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(in_range ? 16 : 0)
+                 : "memory");
+  }
+}
+
+// kW: the widest layer; each warp holds its share of that dW's 16x8 tiles in registers.
+template <typename T, int kW>
+__global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid_constant__ WgradParams p) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int kWgradTilesPerWarp = (kW / 16) * (kW / 8) / kWarps;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int l = blockIdx.x / p.chunks, chunk = blockIdx.x % p.chunks;
+  const int N = p.width[l + 1], K = p.width[l];
+  const int64_t begin = chunk * p.rows_per_chunk, end = min(p.rows, begin + p.rows_per_chunk);
+  const T* g = static_cast<const T*>(p.g[l]);
+  const T* h = static_cast<const T*>(p.h[l]);
+  // A stage: G rows [kWgradRows, N + kPad], then H rows [kWgradRows, K + kPad].
+  auto g_rows = [&](int s) { return reinterpret_cast<T*>(smem + s * p.stage_bytes); };
+  auto h_rows = [&](int s) { return g_rows(s) + kWgradRows * (N + kPad); };
+
+  // dW's 16x8 tiles, (N / 16) x (K / 8) of them: warp w owns tiles w, w + kWarps, ... For each,
+  // the byte offsets within a stage of this lane's ldmatrix rows, computed once:
+  // A = G.T: transposed 8x8 blocks (rows 0-7, 8-15 of the 16) x (columns 16 mb.., 16 mb + 8..) of G;
+  // B = H: transposed blocks (rows 0-7, 8-15) x (columns 8 nt..) of H.
+  const int tiles = (N / 16) * (K / 8);
+  unsigned a_offset[kWgradTilesPerWarp], b_offset[kWgradTilesPerWarp];
+  float acc[kWgradTilesPerWarp][4];
+#pragma unroll
+  for (int i = 0; i < kWgradTilesPerWarp; ++i) {
+    const int tile = i * kWarps + warp, mb = tile / (K / 8), nt = tile % (K / 8);
+    a_offset[i] = (((lane % 8) + (lane / 16) * 8) * (N + kPad) + mb * 16 + ((lane / 8) % 2) * 8) * sizeof(T);
+    b_offset[i] = (kWgradRows * (N + kPad) + (lane % 16) * (K + kPad) + nt * 8) * sizeof(T);
+    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  }
+
+  // A ring of kWgradStages stages: stage s + kWgradStages - 1 streams in while stage s is multiplied.
+  for (int s = 0; s + 1 < kWgradStages; ++s) {
+    const int64_t row0 = begin + s * int64_t(kWgradRows);
+    if (row0 < end) {
+      issue_rows_load(g_rows(s), g, N, row0, end);
+      issue_rows_load(h_rows(s), h, K, row0, end);
+    }
+    cp_async_commit();
+  }
+  int s = 0;
+  for (int64_t row0 = begin; row0 < end; row0 += kWgradRows, s = (s + 1) % kWgradStages) {
+    const int64_t ahead = row0 + (kWgradStages - 1) * int64_t(kWgradRows);
+    const int ahead_stage = (s + kWgradStages - 1) % kWgradStages;
+    if (ahead < end) {
+      issue_rows_load(g_rows(ahead_stage), g, N, ahead, end);
+      issue_rows_load(h_rows(ahead_stage), h, K, ahead, end);
+    }
+    cp_async_commit();
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kWgradStages - 1) : "memory");
+    __syncthreads();
+    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(g_rows(s)));
+#pragma unroll
+    for (int kk = 0; kk < kWgradRows; kk += 16) {
+      const unsigned a_rows = base + kk * (N + kPad) * sizeof(T), b_rows = base + kk * (K + kPad) * sizeof(T);
+#pragma unroll
+      for (int i = 0; i < kWgradTilesPerWarp; ++i) {
+        if (i * kWarps + warp < tiles) {
+          uint32_t a[4], b[2];
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                       : "r"(a_rows + a_offset[i]));
+          asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                       : "=r"(b[0]), "=r"(b[1])
+                       : "r"(b_rows + b_offset[i]));
+          mma(acc[i], a, b[0], b[1], acc[i], T());
+        }
+      }
+    }
+    __syncthreads();  // everyone is done with stage s before it is refilled
+  }
+
+  float* sums = p.sums + p.offset[l];
+  const int gr = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < kWgradTilesPerWarp; ++i) {
+    const int tile = i * kWarps + warp;
+    if (tile < tiles) {
+      const int mb = tile / (K / 8), nt = tile % (K / 8);
+      float* at = sums + (mb * 16 + gr) * K + nt * 8 + 2 * t;
+      atomicAdd(at, acc[i][0]);
+      atomicAdd(at + 1, acc[i][1]);
+      atomicAdd(at + 8 * K, acc[i][2]);
+      atomicAdd(at + 8 * K + 1, acc[i][3]);
+    }
+  }
+  // The layer's last CTA to finish rounds its total.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* done = reinterpret_cast<unsigned*>(p.sums + p.total) + l;
+    last = atomicAdd(done, 1u) == unsigned(p.chunks) - 1;
+  }
+  __syncthreads();
+  if (last) {
+    __threadfence();
+    for (int i = threadIdx.x; i < N * K; i += kThreads) {
+      store_rounded(static_cast<T*>(p.out[l]) + i, __ldcg(sums + i));
+    }
+  }
+#endif
+}
+
+// ------------------------------------------------------------------------------------------- host
 
 void check_cuda(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, std::string("hypatia: narrow_mlp: ") + what + " failed: " + cudaGetErrorString(err));
 }
 
-bool aligned16(const void* ptr) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
+bool aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-// Launches one instance; returns false when it cannot run on this device (no kernel image for its
-// architecture, or not even one CTA fits on an SM).
-template <typename T, int kMaxNT>
-bool launch(const Params& p, size_t smem_bytes, const cudaDeviceProp& prop, int device, cudaStream_t stream) {
-  const auto kernel = narrow_mlp_kernel<T, kMaxNT>;
+bool dense(const at::Tensor& t) {
+  return t.is_contiguous() && aligned16(t);
+}
+
+// CTAs of `kernel` with `smem_bytes` of dynamic shared memory that fit on one SM of the current
+// device (0: none, or no kernel image for it). Asked of the runtime once per kernel, device and
+// size, so that launches cost no attribute or occupancy queries.
+int blocks_per_sm(const void* kernel, int device, size_t smem_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, size_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, device, smem_bytes);
+  if (const auto it = cache.find(key); it != cache.end()) {
+    return it->second;
+  }
+  int blocks = 0;
   cudaFuncAttributes attributes;
   const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
   if (err == cudaErrorInvalidDeviceFunction || err == cudaErrorNoKernelImageForDevice) {
     (void)cudaGetLastError();  // not sticky: clear it so that the fallback path starts clean
-    return false;
-  }
-  check_cuda(err, "cudaFuncGetAttributes");
-  if (smem_bytes + attributes.sharedSizeBytes > prop.sharedMemPerBlockOptin) {
-    return false;
-  }
-  {
-    // Opt in to the device's whole shared memory once per device; launches then ask for what they use.
-    static std::mutex mutex;
-    static std::vector<bool> opted_in;
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (opted_in.size() <= static_cast<size_t>(device)) {
-      opted_in.resize(device + 1, false);
-    }
-    if (!opted_in[device]) {
+  } else {
+    check_cuda(err, "cudaFuncGetAttributes");
+    const cudaDeviceProp& prop = *at::cuda::getDeviceProperties(device);
+    if (smem_bytes + attributes.sharedSizeBytes <= prop.sharedMemPerBlockOptin) {
       check_cuda(
           cudaFuncSetAttribute(
               kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
               static_cast<int>(prop.sharedMemPerBlockOptin - attributes.sharedSizeBytes)),
           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-      opted_in[device] = true;
+      check_cuda(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem_bytes),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     }
   }
-  int blocks_per_sm = 0;
-  check_cuda(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem_bytes),
-      "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (blocks_per_sm == 0) {
+  cache.emplace(key, blocks);
+  return blocks;
+}
+
+// Launches `ctas` CTAs, or, when `persistent`, no more than fit on the device at once (each copies
+// the weights once); false when the kernel cannot run on this device.
+template <typename Params>
+bool launch(void (*kernel)(Params), const Params& p, int64_t ctas, bool persistent, size_t smem_bytes, int device,
+            cudaStream_t stream) {
+  const int fit = blocks_per_sm(reinterpret_cast<const void*>(kernel), device, smem_bytes);
+  if (fit == 0) {
     return false;
   }
-  // Persistent CTAs: each copies the weights once, so launch no more than fit at once.
-  const int64_t needed = (p.tiles + kWarps - 1) / kWarps;
-  const int grid = static_cast<int>(std::min<int64_t>(needed, int64_t(blocks_per_sm) * prop.multiProcessorCount));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
+  if (persistent) {
+    ctas = std::min<int64_t>(ctas, int64_t(fit) * at::cuda::getDeviceProperties(device)->multiProcessorCount);
+  }
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem_bytes, stream>>>(p);
   check_cuda(cudaGetLastError(), "kernel launch");
   return true;
+}
+
+// The instances of the forward and backward kernels: kW is the widest layer they hold in
+// registers, kMT the 16-row blocks of a warp's tile. The forward takes two where it can (each
+// weight fragment read feeds two mmas); the memory-bound backward takes one, for the registers
+// that two CTAs per SM need.
+enum class Width { k64, k128 };
+constexpr int forward_mt(Width width) { return width == Width::k64 ? 2 : 1; }
+
+template <typename T, int kW>
+struct ForwardKernel {
+  static constexpr int kMT = forward_mt(kW == 64 ? Width::k64 : Width::k128);
+  static constexpr void (*fn)(ForwardParams) = narrow_mlp_forward_kernel<T, kW, kMT>;
+};
+template <typename T, int kW>
+struct BackwardKernel {
+  static constexpr int kMT = 1;
+  static constexpr void (*fn)(BackwardParams) = narrow_mlp_backward_kernel<T, kW, kMT>;
+};
+
+// Sets p.tiles for the instance's tile height and launches a persistent grid of it.
+template <typename Instance, typename Params>
+bool launch_tiles(Params p, size_t smem_bytes, int device, cudaStream_t stream) {
+  constexpr int rows_per_tile = 16 * Instance::kMT;
+  p.tiles = (p.rows + rows_per_tile - 1) / rows_per_tile;
+  return launch(Instance::fn, p, (p.tiles + kWarps - 1) / kWarps, /*persistent=*/true, smem_bytes, device, stream);
+}
+
+template <template <typename, int> class Kernel, typename Params>
+bool launch_instance(at::ScalarType dtype, Width width, const Params& p, size_t smem_bytes, int device, cudaStream_t stream) {
+  if (dtype == at::kHalf) {
+    return width == Width::k64 ? launch_tiles<Kernel<__half, 64>>(p, smem_bytes, device, stream)
+                               : launch_tiles<Kernel<__half, 128>>(p, smem_bytes, device, stream);
+  }
+  return width == Width::k64 ? launch_tiles<Kernel<__nv_bfloat16, 64>>(p, smem_bytes, device, stream)
+                             : launch_tiles<Kernel<__nv_bfloat16, 128>>(p, smem_bytes, device, stream);
+}
+
+// The layers' shapes if the narrow kernels cover them (half/bfloat16 on sm_80+, 1..16 layers,
+// every width a multiple of 16 and <= 128, dense 16-byte-aligned weights), with the weights laid
+// out from shared-memory offset 0; `end` receives the first byte after them.
+std::optional<Layers> narrow_layers(
+    const at::Tensor& x2d, at::TensorList weights, size_t& end, Width& width) {
+  const at::ScalarType dtype = x2d.scalar_type();
+  const int count = static_cast<int>(weights.size());
+  if (count == 0 || count > kMaxLayers || (dtype != at::kHalf && dtype != at::kBFloat16) ||
+      at::cuda::getDeviceProperties(x2d.get_device())->major < 8) {
+    return std::nullopt;
+  }
+  Layers layers{};
+  layers.count = count;
+  int widest = 0;
+  for (int l = 0; l <= count; ++l) {
+    const int64_t w = l == 0 ? x2d.size(1) : weights[l - 1].size(0);
+    if (w == 0 || w % 16 != 0 || w > kMaxWidth) {
+      return std::nullopt;
+    }
+    layers.width[l] = static_cast<int>(w);
+    widest = std::max(widest, layers.width[l]);
+  }
+  const size_t elem = x2d.element_size();
+  end = 0;
+  for (int l = 0; l < count; ++l) {
+    const at::Tensor& w = weights[l];
+    if (w.scalar_type() != dtype || !dense(w)) {
+      return std::nullopt;
+    }
+    layers.weight[l] = w.data_ptr();
+    layers.weight_offset[l] = static_cast<int>(end);
+    end += size_t(layers.width[l + 1]) * (layers.width[l] + kPad) * elem;
+  }
+  width = widest <= 64 ? Width::k64 : Width::k128;
+  return layers;
 }
 
 }  // namespace
 
 bool narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
-    at::Tensor& out2d) {
+    at::TensorList outputs) {
   const std::string prefix = "hypatia: narrow_mlp_forward_cuda: ";
-  // Misuse by the caller is an error; everything the kernel merely does not cover returns false.
+  TORCH_CHECK(x2d.dim() == 2 && x2d.is_cuda(), prefix + "x2d must be a 2-D CUDA tensor");
   TORCH_CHECK(
-      x2d.dim() == 2 && out2d.dim() == 2,
-      prefix + "x2d and out2d must be 2-D, but got " + std::to_string(x2d.dim()) + "-D and " +
-          std::to_string(out2d.dim()) + "-D");
-  TORCH_CHECK(x2d.is_cuda(), prefix + "x2d must be a CUDA tensor, but is on " + x2d.device().str());
-  TORCH_CHECK(
-      biases.size() == weights.size(), prefix + "biases must have one entry per layer (" +
-          std::to_string(weights.size()) + "), but got " + std::to_string(biases.size()));
-  const at::ScalarType dtype = x2d.scalar_type();
-  auto check_like_x = [&](const at::Tensor& t, const std::string& name) {
-    TORCH_CHECK(
-        t.scalar_type() == dtype && t.device() == x2d.device(),
-        prefix + name + " must be " + c10::toString(dtype) + " on " + x2d.device().str() + ", but got " +
-            c10::toString(t.scalar_type()) + " on " + t.device().str());
-  };
-  check_like_x(out2d, "out2d");
-
-  const int layers = static_cast<int>(weights.size());
-  if (layers == 0 || layers > kMaxLayers || (dtype != at::kHalf && dtype != at::kBFloat16) ||
-      !x2d.is_contiguous() || !out2d.is_contiguous() || !aligned16(x2d.data_ptr()) || !aligned16(out2d.data_ptr())) {
+      !weights.empty() && biases.size() == weights.size() && outputs.size() == weights.size() &&
+          outputs.back().defined(),
+      prefix + "needs one bias and one output per layer (the last output defined), but got " +
+          std::to_string(weights.size()) + " weights, " + std::to_string(biases.size()) + " biases and " +
+          std::to_string(outputs.size()) + " outputs");
+  size_t offset = 0;
+  Width width;
+  const std::optional<Layers> layers = narrow_layers(x2d, weights, offset, width);
+  if (!layers || !dense(x2d)) {
     return false;
   }
-  Params p{};
-  p.layers = layers;
-  p.width[0] = static_cast<int>(std::min<int64_t>(x2d.size(1), kMaxWidth + 1));
-  for (int l = 0; l < layers; ++l) {
-    const at::Tensor& w = weights[l];
-    const std::string name = "weights[" + std::to_string(l) + "]";
-    check_like_x(w, name);
-    TORCH_CHECK(
-        w.dim() == 2 && w.size(1) == (l == 0 ? x2d.size(1) : weights[l - 1].size(0)),
-        prefix + name + " must be [out_features, " + std::to_string(l == 0 ? x2d.size(1) : weights[l - 1].size(0)) +
-            "]");
-    if (!w.is_contiguous() || !aligned16(w.data_ptr())) {
-      return false;
+  ForwardParams p{};
+  p.layers = *layers;
+  const int count = layers->count;
+  int widest = 0;
+  for (int l = 0; l < count; ++l) {
+    const at::Tensor& out = outputs[l];
+    if (out.defined()) {
+      TORCH_CHECK(
+          out.dim() == 2 && out.size(0) == x2d.size(0) && out.size(1) == layers->width[l + 1] &&
+              out.scalar_type() == x2d.scalar_type() && out.device() == x2d.device(),
+          prefix + "outputs[" + std::to_string(l) + "] must be [" + std::to_string(x2d.size(0)) + ", " +
+              std::to_string(layers->width[l + 1]) + "] " + c10::toString(x2d.scalar_type()) + " on " +
+              x2d.device().str());
+      if (!dense(out)) {
+        return false;
+      }
+      p.out[l] = out.data_ptr();
     }
-    p.width[l + 1] = static_cast<int>(std::min<int64_t>(w.size(0), kMaxWidth + 1));
-    p.weight[l] = w.data_ptr();
     const std::optional<at::Tensor> b = biases.get(l);
     if (b.has_value() && b->defined()) {
-      check_like_x(*b, "biases[" + std::to_string(l) + "]");
-      TORCH_CHECK(
-          b->dim() == 1 && b->size(0) == w.size(0),
-          prefix + "biases[" + std::to_string(l) + "] must be [" + std::to_string(w.size(0)) + "]");
-      if (!b->is_contiguous()) {
+      if (b->scalar_type() != x2d.scalar_type() || !b->is_contiguous()) {
         return false;
       }
       p.bias[l] = b->data_ptr();
     }
-    if (l + 1 < layers || relu_last) {
+    if (l + 1 < count || relu_last) {
       p.relu_mask |= 1u << l;
     }
   }
-  TORCH_CHECK(
-      out2d.size(0) == x2d.size(0) && out2d.size(1) == weights[layers - 1].size(0),
-      prefix + "out2d must be [" + std::to_string(x2d.size(0)) + ", " + std::to_string(weights[layers - 1].size(0)) +
-          "]");
-  int max_width = 0;
-  for (int l = 0; l <= layers; ++l) {
-    if (p.width[l] == 0 || p.width[l] % 16 != 0 || p.width[l] > kMaxWidth) {
-      return false;
-    }
-    max_width = std::max(max_width, p.width[l]);
+  for (int l = 0; l <= count; ++l) {
+    widest = std::max(widest, layers->width[l]);
   }
-
-  const size_t elem = x2d.element_size();
-  size_t offset = 0;
-  for (int l = 0; l < layers; ++l) {
-    p.weight_offset[l] = static_cast<int>(offset);
-    offset += size_t(p.width[l + 1]) * (p.width[l] + kPad) * elem;
-  }
-  for (int l = 0; l < layers; ++l) {
+  for (int l = 0; l < count; ++l) {
     p.bias_offset[l] = static_cast<int>(offset);
-    offset += size_t(p.width[l + 1]) * sizeof(float);
+    offset += size_t(layers->width[l + 1]) * sizeof(float);
   }
-  p.act_stride = max_width + kPad;
+  const size_t elem = x2d.element_size();
+  offset = (offset + 127) / 128 * 128;
+  p.act_stride = widest + kPad;
   p.warp_offset = static_cast<int>(offset);
-  p.warp_bytes = static_cast<int>(2 * kTileRows * p.act_stride * elem + kScratchFloats * sizeof(float));
+  p.warp_bytes = static_cast<int>(16 * forward_mt(width) * p.act_stride * elem);
   const size_t smem_bytes = offset + size_t(kWarps) * p.warp_bytes;
 
-  const c10::cuda::CUDAGuard device_guard(x2d.device());
-  const int device = x2d.device().index();
-  const cudaDeviceProp& prop = *at::cuda::getDeviceProperties(device);
-  if (prop.major < 8 || smem_bytes > prop.sharedMemPerBlockOptin) {
+  const int device = x2d.get_device();
+  if (smem_bytes > at::cuda::getDeviceProperties(device)->sharedMemPerBlockOptin) {
     return false;
   }
   p.rows = x2d.size(0);
   if (p.rows == 0) {
     return true;
   }
-  p.tiles = (p.rows + kTileRows - 1) / kTileRows;
   p.x = x2d.data_ptr();
-  p.out = out2d.data_ptr();
+  const c10::cuda::CUDAGuard device_guard(x2d.device());
+  return launch_instance<ForwardKernel>(
+      x2d.scalar_type(), width, p, smem_bytes, device, at::cuda::getCurrentCUDAStream(device));
+}
 
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
-  const bool narrow = max_width <= 64;  // a smaller instance: fewer registers, more warps per SM
-  if (dtype == at::kHalf) {
-    return narrow ? launch<__half, 4>(p, smem_bytes, prop, device, stream)
-                  : launch<__half, 8>(p, smem_bytes, prop, device, stream);
+std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
+    const at::Tensor& grad_out2d, const at::Tensor& input2d, at::TensorList weights, at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
+  size_t offset = 0;
+  Width width;
+  const std::optional<Layers> layers = narrow_layers(input2d, weights, offset, width);
+  if (!layers || !dense(grad_out2d) || grad_out2d.scalar_type() != input2d.scalar_type() ||
+      (params_grad && !dense(input2d))) {
+    return std::nullopt;
   }
-  return narrow ? launch<__nv_bfloat16, 4>(p, smem_bytes, prop, device, stream)
-                : launch<__nv_bfloat16, 8>(p, smem_bytes, prop, device, stream);
+  const int count = layers->count;
+  const int64_t rows = input2d.size(0);
+  std::vector<at::Tensor> outputs2d;
+  for (const at::Tensor& out : saved_outputs) {
+    outputs2d.push_back(out.reshape({rows, out.size(-1)}));
+    if (!dense(outputs2d.back())) {
+      return std::nullopt;
+    }
+  }
+  const int device = input2d.get_device();
+  const cudaDeviceProp& prop = *at::cuda::getDeviceProperties(device);
+  const size_t elem = input2d.element_size();
+  const at::TensorOptions options = input2d.options();
+  int widest = 0;
+  for (int l = 0; l <= count; ++l) {
+    widest = std::max(widest, layers->width[l]);
+  }
+
+  BackwardParams p{};
+  p.layers = *layers;
+  WgradParams w{};
+  w.count = count;
+  for (int l = 0; l <= count; ++l) {
+    w.width[l] = layers->width[l];
+  }
+  // The masked output gradient of every layer that a ReLU follows goes to one buffer (the last
+  // layer's, without ReLU, is grad_out itself); the wgrad kernel reads them.
+  std::vector<int64_t> grad_pre_offset(count, -1);
+  int64_t grad_pre_elems = 0;
+  for (int l = 0; l < count; ++l) {
+    p.bias_grad_offset[l] = -1;
+    if (l + 1 < count || relu_last) {
+      p.relu_mask |= 1u << l;
+      p.out[l] = outputs2d[l].data_ptr();
+      if (params_grad) {
+        grad_pre_offset[l] = grad_pre_elems;
+        grad_pre_elems += rows * layers->width[l + 1];
+      }
+    }
+  }
+  // [grad_weights..., grad_biases (present ones)..., grad_input]: what fused_mlp_backward returns,
+  // each its own tensor. With no rows no kernel runs, and the parameter gradients are zeros.
+  auto new_grad = [&](at::IntArrayRef shape) { return rows > 0 ? at::empty(shape, options) : at::zeros(shape, options); };
+  std::vector<at::Tensor> grads;
+  at::Tensor grad_pre, sums;
+  if (params_grad) {
+    for (int l = 0; l < count; ++l) {
+      grads.push_back(new_grad({layers->width[l + 1], layers->width[l]}));
+      w.out[l] = grads.back().data_ptr();
+      w.offset[l] = w.total;
+      w.total += layers->width[l + 1] * layers->width[l];
+    }
+    for (int l = 0; l < count; ++l) {
+      if (has_bias.get(l)) {
+        grads.push_back(new_grad({layers->width[l + 1]}));
+        p.bias_grad_out[l] = grads.back().data_ptr();
+        p.bias_grad_offset[l] = p.bias_grad_floats;
+        p.bias_grad_floats += layers->width[l + 1];
+      }
+    }
+    grad_pre = at::empty({grad_pre_elems}, options);
+    // The CTAs' fp32 sums of both kernels with their done-counters, zeroed.
+    sums = at::zeros({w.total + count + p.bias_grad_floats + 1}, options.dtype(at::kFloat));
+    w.sums = sums.data_ptr<float>();
+    p.bias_grad = w.sums + w.total + count;
+  }
+  at::Tensor grad_input;
+  if (input_grad) {
+    grad_input = at::empty({rows, layers->width[0]}, options);
+    p.grad_input = grad_input.data_ptr();
+  }
+  for (int l = 0; l < count; ++l) {
+    if (grad_pre_offset[l] >= 0) {
+      p.grad_pre[l] = static_cast<char*>(grad_pre.data_ptr()) + grad_pre_offset[l] * elem;
+    }
+    w.g[l] = p.grad_pre[l] != nullptr ? p.grad_pre[l] : grad_out2d.data_ptr();
+    w.h[l] = l == 0 ? input2d.data_ptr() : outputs2d[l - 1].data_ptr();
+  }
+
+  // Shared memory of the chain kernel: weights, bias sums, then two tile buffers per warp.
+  p.bias_sum_offset = static_cast<int>(offset);
+  offset = (offset + size_t(p.bias_grad_floats) * sizeof(float) + 127) / 128 * 128;
+  p.act_stride = widest + kPad;
+  p.warp_offset = static_cast<int>(offset);
+  p.warp_bytes = static_cast<int>(2 * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
+  const size_t smem_bytes = offset + size_t(kWarps) * p.warp_bytes;
+  w.stage_bytes = static_cast<int>(kWgradRows * 2 * (widest + kPad) * elem);
+  const size_t wgrad_smem_bytes = kWgradStages * size_t(w.stage_bytes);
+  if (smem_bytes > prop.sharedMemPerBlockOptin || wgrad_smem_bytes > prop.sharedMemPerBlockOptin) {
+    return std::nullopt;
+  }
+  p.grad_out = grad_out2d.data_ptr();
+  p.rows = w.rows = rows;
+
+  const c10::cuda::CUDAGuard device_guard(input2d.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
+  if (rows > 0) {
+    if (!launch_instance<BackwardKernel>(input2d.scalar_type(), width, p, smem_bytes, device, stream)) {
+      return std::nullopt;
+    }
+    if (params_grad) {
+      // Enough CTAs per layer to fill the device about twice, each a whole number of stages.
+      const int64_t stages = (rows + kWgradRows - 1) / kWgradRows;
+      w.chunks = static_cast<int>(std::clamp<int64_t>(2 * prop.multiProcessorCount / count, 1, stages));
+      w.rows_per_chunk = (stages + w.chunks - 1) / w.chunks * kWgradRows;
+      const bool half = input2d.scalar_type() == at::kHalf;
+      const auto kernel = width == Width::k64
+          ? (half ? narrow_mlp_wgrad_kernel<__half, 64> : narrow_mlp_wgrad_kernel<__nv_bfloat16, 64>)
+          : (half ? narrow_mlp_wgrad_kernel<__half, 128> : narrow_mlp_wgrad_kernel<__nv_bfloat16, 128>);
+      TORCH_CHECK(
+          launch(kernel, w, int64_t(count) * w.chunks, /*persistent=*/false, wgrad_smem_bytes, device, stream),
+          "hypatia: narrow_mlp_backward_cuda: the weight-gradient kernel cannot run on this device, but the "
+          "backward kernel just did");
+    }
+  }
+  if (input_grad) {
+    grads.push_back(grad_input);
+  }
+  return grads;
 }
 
 }  // namespace hypatia::ops

@@ -42,4 +42,25 @@ at::Tensor fused_mlp_meta(
   return at::empty_symint(linear_output_shape(input, weights.back().sym_size(0)), input.options());
 }
 
+std::vector<at::Tensor> fused_mlp_backward_meta(
+    const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
+  check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
+  std::vector<at::Tensor> grads;
+  if (params_grad) {
+    for (const at::Tensor& w : weights) {
+      grads.push_back(at::empty_symint(w.sym_sizes(), w.options()));
+    }
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (has_bias.get(i)) {
+        grads.push_back(at::empty_symint({weights[i].sym_size(0)}, input.options()));
+      }
+    }
+  }
+  if (input_grad) {
+    grads.push_back(at::empty_symint(input.sym_sizes(), input.options()));
+  }
+  return grads;
+}
+
 }  // namespace hypatia::ops

@@ -35,6 +35,29 @@ def test_opcheck_fused_mlp(device):
         torch.library.opcheck(torch.ops.hypatia.fused_mlp.default, args)
 
 
+def test_opcheck_fused_mlp_backward(device):
+    # The op behind fused_mlp's backward, on what the training forward saved.
+    torch.manual_seed(0)
+    for x, ws, bs, relu_last in mlp_samples(device):
+        x, ws = x.detach(), [w.detach() for w in ws]
+        bs = [None if b is None else b.detach() for b in bs]
+        outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)
+        saved = outputs if relu_last else outputs[:-1]
+        gout = torch.randn_like(outputs[-1])
+        for input_grad, params_grad in [(True, True), (True, False), (False, True)]:
+            args = (gout, x, ws, saved, [b is not None for b in bs], relu_last, input_grad, params_grad)
+            torch.library.opcheck(torch.ops.hypatia._fused_mlp_backward.default, args)
+
+
+def test_fused_mlp_backward_rejects_mismatched_saved_outputs(device):
+    x, w = torch.randn(4, 8, device=device), torch.randn(16, 8, device=device)
+    with pytest.raises(RuntimeError, match=r"saved_outputs must hold the outputs of the 1 layers that a ReLU follows, but got 0"):
+        torch.ops.hypatia._fused_mlp_backward(torch.randn(4, 16, device=device), x, [w], [], [False], True, True, True)
+    with pytest.raises(RuntimeError, match=r"saved_outputs\[0\] must have shape \[4, 16\], but got \[4, 15\]"):
+        torch.ops.hypatia._fused_mlp_backward(
+            torch.randn(4, 16, device=device), x, [w], [torch.randn(4, 15, device=device)], [False], True, True, True)
+
+
 class TinyNet(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -1,0 +1,72 @@
+"""Where the time of one fused-op call goes: host time per call (a loop of calls, synchronized at the
+end) against the GPU kernels it launches (torch.profiler, per kernel name), for fused_mlp or
+fused_linear_relu, forward or forward + backward. A call whose host time exceeds its kernels'
+is bound by launch overhead. Example:
+
+    python scripts/profile_ops.py --rows 262144 --widths 64,64,64,64,64,64,64,64,64 --dtype bfloat16
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+import hypatia_ops  # noqa: E402,F401  (loads the library)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=65536)
+    p.add_argument("--widths", default="64,64,64", help="in_features, then each layer's out_features")
+    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--op", default="mlp", choices=["mlp", "linear_relu"])
+    p.add_argument("--iters", type=int, default=50)
+    args = p.parse_args()
+    dtype = getattr(torch, args.dtype)
+    widths = [int(w) for w in args.widths.split(",")]
+    torch.manual_seed(0)
+    x = torch.randn(args.rows, widths[0], device="cuda").to(dtype).requires_grad_()
+    ws = [(torch.randn(n, k, device="cuda") / k**0.5).to(dtype).requires_grad_() for k, n in zip(widths, widths[1:])]
+    bs = [(torch.randn(n, device="cuda") / 2).to(dtype).requires_grad_() for n in widths[1:]]
+    gout = torch.randn(args.rows, widths[-1], device="cuda").to(dtype)
+    if args.op == "mlp":
+        forward = lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, False)  # noqa: E731
+    else:
+        forward = lambda: torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])  # noqa: E731
+
+    def fwd():
+        with torch.no_grad():
+            forward()
+
+    def fwd_bwd():
+        torch.autograd.grad(forward(), [x] + ws + bs, gout)
+
+    for name, fn in [("fwd", fwd), ("fwd+bwd", fwd_bwd)]:
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(args.iters):
+            fn()
+        torch.cuda.synchronize()
+        loop_ms = (time.perf_counter() - start) / args.iters * 1e3
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                fn()
+            torch.cuda.synchronize()
+        kernels = sorted(
+            ((e.device_time_total / 10, e.count / 10, e.key) for e in prof.key_averages()
+             if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0),
+            reverse=True)
+        total = sum(k[0] for k in kernels)
+        print(f"== {args.op} {args.rows}x{args.widths} {args.dtype} {name}: {loop_ms * 1e3:.1f} us per call "
+              f"(calls back to back), GPU kernels {total:.1f} us per call")
+        for us, count, key in kernels:
+            print(f"  {us:8.1f} us  x{count:g}  {key[:100]}")
+
+
+if __name__ == "__main__":
+    main()
