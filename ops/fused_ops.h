@@ -61,6 +61,10 @@ at::Tensor fused_mlp_cpu(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 std::vector<at::Tensor> fused_mlp_forward_cpu(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+// fused_linear_relu's training forward and the gradient through its ReLU, as on CUDA (below).
+std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cpu(
+    const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
+at::Tensor relu_mask_backward_cpu(const at::Tensor& grad, const at::Tensor& mask);
 
 // CUDA
 #ifdef HYPATIA_WITH_CUDA

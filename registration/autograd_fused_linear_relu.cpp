@@ -1,12 +1,11 @@
 // Autograd for fused_linear_relu: the forward saves input, weight and the ReLU mask (not the
-// output): on CUDA 1 bit per element (_fused_linear_relu_masked), on CPU 1 byte. The backward
-// is dgrad / wgrad / bias-sum on the masked gradient; under create_graph it uses differentiable
-// ATen ops only, so double backward works too.
+// output) at 1 bit per element (_fused_linear_relu_masked). The backward is dgrad / wgrad /
+// bias-sum on the masked gradient; under create_graph it uses differentiable ATen ops only, so
+// double backward works too.
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
 #include <ATen/ops/ones_like.h>
-#include <ATen/ops/threshold_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -18,11 +17,6 @@ using torch::autograd::variable_list;
 
 // Eager's ReLU backward from the saved mask: grad where the ReLU passed, 0 where it blocked.
 at::Tensor relu_backward(const at::Tensor& grad, const at::Tensor& relu_mask) {
-  if (relu_mask.scalar_type() == at::kBool) {
-    // CPU, the mask is `blocked`. ATen's CPU masked_fill is ~5x slower than threshold_backward
-    // on the mask as numbers (passed -> 1).
-    return at::threshold_backward(grad, relu_mask.logical_not().to(grad.scalar_type()), 0);
-  }
   if (!at::GradMode::is_enabled()) {
     return op_calls::relu_mask_backward(grad, relu_mask);
   }
@@ -36,14 +30,7 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
   static at::Tensor forward(
       AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    at::Tensor out, relu_mask;
-    if (input.is_cpu()) {
-      out = op_calls::fused_linear_relu(input, weight, bias);
-      // Eager relu's backward zeroes the gradient where out <= 0 and passes it elsewhere, NaN included.
-      relu_mask = out.le(0);
-    } else {
-      std::tie(out, relu_mask) = op_calls::fused_linear_relu_masked(input, weight, bias);
-    }
+    auto [out, relu_mask] = op_calls::fused_linear_relu_masked(input, weight, bias);
     ctx->save_for_backward({input, weight, relu_mask});
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     return out;

@@ -2,6 +2,8 @@
 // One linear layer on the CPU, its operands prepared once per call and then applied to row blocks.
 #include "ops/fused_ops.h"
 
+#include <c10/util/FunctionRef.h>
+
 namespace hypatia::ops {
 
 // The weight (transposed view) and bias in the precision the layer's GEMM runs in.
@@ -16,5 +18,13 @@ CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool re
 
 // out_rows = act(x_rows @ layer.weight_t + bias), out_rows in x_rows' dtype.
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows);
+
+// Runs on rows [first, first + count) of a layer's finished output while they are in cache.
+using RowsEpilogue = c10::function_ref<void(const at::Tensor& out2d, int64_t first, int64_t count)>;
+
+// relu(x2d @ w.T + b) as a new [M, N] tensor: compute-bound float32 layers by one oneDNN inner
+// product, the others by row blocks; `epilogue` (if any) runs on every finished stretch of rows.
+at::Tensor linear_relu_cpu_2d(
+    const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b, std::optional<RowsEpilogue> epilogue);
 
 }  // namespace hypatia::ops

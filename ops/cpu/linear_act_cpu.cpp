@@ -1,13 +1,20 @@
 // CPU: act(x @ w.T + b) with the GEMM in ATen's BLAS and bias + ReLU applied to each row block
-// straight after its GEMM, while the block is still in cache.
+// straight after its GEMM, while the block is still in cache. fused_linear_relu's compute-bound
+// float32 layers take one oneDNN inner product instead (below).
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/row_blocks.h"
+
+#include "ops/checks.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <ATen/Parallel.h>
 #include <ATen/ops/relu.h>
+#include <ATen/core/stack.h>
+
+#include <optional>
 
 namespace hypatia::ops {
 namespace {
@@ -20,6 +27,29 @@ bool native_half_gemm(at::ScalarType dtype) {
   static const bool bf16 = ask("mkldnn::_is_mkldnn_bf16_supported");
   static const bool fp16 = ask("mkldnn::_is_mkldnn_fp16_supported");
   return dtype == at::kBFloat16 ? bf16 : fp16;
+}
+
+// In-features from which a float32 layer is compute-bound enough that one oneDNN inner product over
+// all rows beats row blocks: each block's GEMM repacks the weight, and the output pass that the
+// blocks keep in cache is a small part of such a GEMM (measured on this project's 2-core AMD EPYC:
+// oneDNN's JIT GEMM ran 1.0-1.3x MKL's sgemm, which eager uses, at 1024x784->2048 and 4096x1024->4096).
+constexpr int64_t kMinOnednnInFeatures = 256;
+
+// x2d @ w.T + b by oneDNN (mkldnn::_linear_pointwise, the op behind torch.compile's CPU linear
+// fusions), or nullopt where PyTorch was built without it. Its ReLU post-op is not used: it turns
+// NaN into 0, where torch.relu keeps it.
+std::optional<at::Tensor> onednn_linear(const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b) {
+  static const std::optional<c10::OperatorHandle> op =
+      c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+  if (!op) {
+    return std::nullopt;
+  }
+  // Called boxed: the schema is the contract here, not the C++ signature of ATen's kernel.
+  torch::jit::Stack stack{
+      x2d.contiguous(), w.contiguous(), b ? c10::IValue(b->contiguous()) : c10::IValue(), c10::IValue("none"),
+      c10::IValue(c10::List<std::optional<c10::Scalar>>()), c10::IValue()};
+  op->callBoxed(&stack);
+  return stack.front().toTensor();
 }
 
 }  // namespace
@@ -57,8 +87,12 @@ void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& 
   }
 }
 
-void linear_act_cpu_out(
-    const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
+namespace {
+
+// out = act(x @ w.T + b) by row blocks spread over the threads, `epilogue` on each finished block.
+void run_row_blocks(
+    const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out,
+    std::optional<RowsEpilogue> epilogue) {
   if (out.numel() == 0) {
     return;
   }
@@ -69,12 +103,44 @@ void linear_act_cpu_out(
       const int64_t n = std::min(block, end - r);
       at::Tensor out_rows = out.narrow(0, r, n);
       run_cpu_layer(layer, x.narrow(0, r, n), out_rows);
+      if (epilogue) {
+        (*epilogue)(out, r, n);
+      }
     }
   });
 }
 
+}  // namespace
+
+void linear_act_cpu_out(
+    const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
+  run_row_blocks(x, w, b, relu, out, std::nullopt);
+}
+
+at::Tensor linear_relu_cpu_2d(
+    const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b, std::optional<RowsEpilogue> epilogue) {
+  const int64_t rows = x2d.size(0);
+  if (x2d.scalar_type() == at::kFloat && x2d.size(1) >= kMinOnednnInFeatures && rows > 0) {
+    if (std::optional<at::Tensor> out = onednn_linear(x2d, w, b)) {
+      // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
+      at::parallel_for(0, rows, std::max<int64_t>(1, (int64_t(1) << 16) / w.size(0)), [&](int64_t begin, int64_t end) {
+        out->narrow(0, begin, end - begin).relu_();
+        if (epilogue) {
+          (*epilogue)(*out, begin, end - begin);
+        }
+      });
+      return *out;
+    }
+  }
+  at::Tensor out = at::empty({rows, w.size(0)}, x2d.options());
+  run_row_blocks(x2d, w, b, /*relu=*/true, out, epilogue);
+  return out;
+}
+
 at::Tensor fused_linear_relu_cpu(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
-  return fused_linear_relu_with(linear_act_cpu_out, input, weight, bias);
+  check_linear_args("fused_linear_relu", input, weight, bias);
+  const at::Tensor out = linear_relu_cpu_2d(input.reshape({batch_rows(input), input.size(-1)}), weight, bias, std::nullopt);
+  return unflatten_rows(out, input);
 }
 
 std::vector<at::Tensor> fused_mlp_forward_cpu(

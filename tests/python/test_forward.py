@@ -120,6 +120,26 @@ def test_nan_and_inf_propagate_as_in_eager(device):
     torch.testing.assert_close(out, F.relu(F.linear(F.relu(F.linear(x, w, b)), ws[1])), equal_nan=True)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_compute_bound_layer_keeps_eager_semantics(device, bias):
+    # in_features >= 256 in float32: on CPU one oneDNN inner product over all rows, then ReLU.
+    torch.manual_seed(5)
+    x = torch.randn(300, 3, 40, device=device).transpose(0, 2)  # [40, 3, 300], not contiguous
+    x[1, 2, 7] = float("nan")
+    x[3, 0, 0] = float("inf")
+    x[5, 1, 9] = -float("inf")
+    w, b = layer(300, 520, torch.float32, device, bias)
+    w = w.t().contiguous().t()  # column-major
+    assert not x.is_contiguous() and not w.is_contiguous()
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    ref = F.relu(F.linear(x, w, b))
+    assert out.shape == (40, 3, 520) and out.is_contiguous()
+    assert torch.equal(out.isnan(), ref.isnan()) and out[1, 2].isnan().all()
+    torch.testing.assert_close(out, ref, equal_nan=True)
+    finite = torch.isfinite(ref).all(-1)
+    assert rel_error(out[finite], reference_linear_relu(x, w, b)[finite]) < 1e-5
+
+
 def test_output_is_new_memory(device):
     x = torch.randn(4, 4, device=device)
     w = torch.eye(4, device=device)

@@ -1,0 +1,137 @@
+// CPU side of fused_linear_relu's training path, the same contract as on CUDA: the forward returns
+// the output and its ReLU mask as bits (layout in ops/checks.h), the backward passes the gradient
+// where a bit is set. One pass each, where the byte mask before took le, logical_not, a dtype
+// conversion and threshold_backward; and 1 bit per element is saved instead of 1 byte.
+#include "ops/checks.h"
+#include "ops/cpu/cpu_layer.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace hypatia::ops {
+namespace {
+
+// Rows per parallel task: about 64K elements.
+int64_t row_grain(int64_t cols) {
+  return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
+}
+
+// Eager relu's backward passes the gradient where !(out <= 0), NaN included.
+template <typename T>
+uint8_t passes(T v) {
+  return !(static_cast<at::opmath_type<T>>(v) <= 0);
+}
+
+// Mask byte of o[0, count): bit j set where o[j] passes. Whole bytes compare 8 values into 8 bytes
+// (which vectorizes) and gather them into bits with one multiply: byte j of x lands in bit j of the
+// top byte of x * 0x0102040810204080 (no two partial products share a bit, so nothing carries).
+template <typename T>
+uint8_t mask_byte(const T* o, int64_t count) {
+  if (count < 8) {
+    uint8_t v = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      v |= uint8_t(passes(o[j]) << j);
+    }
+    return v;
+  }
+  uint8_t flags[8];
+  for (int j = 0; j < 8; ++j) {
+    flags[j] = passes(o[j]);
+  }
+  uint64_t x;
+  std::memcpy(&x, flags, 8);
+  return static_cast<uint8_t>((x * 0x0102040810204080ull) >> 56);
+}
+
+// The elements' bit patterns as unsigned integers of their size.
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+
+// For every mask byte, 8 all-ones/all-zeros words: the backward ANDs 8 gradients with them, which
+// vectorizes where a per-element bit test did not (~8x slower than threshold_backward).
+template <typename U>
+const std::array<std::array<U, 8>, 256>& expanded_masks() {
+  static const auto table = [] {
+    std::array<std::array<U, 8>, 256> t{};
+    for (int byte = 0; byte < 256; ++byte) {
+      for (int j = 0; j < 8; ++j) {
+        t[byte][j] = (byte >> j) & 1 ? static_cast<U>(~U(0)) : U(0);
+      }
+    }
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cpu(
+    const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
+  check_linear_args("_fused_linear_relu_masked", input, weight, bias);
+  const int64_t rows = batch_rows(input), cols = weight.size(0);
+  const int64_t row_bytes = relu_mask_row_bytes(cols).expect_int();
+  at::Tensor bits = at::empty({rows, row_bytes}, input.options().dtype(at::kByte));
+  uint8_t* bits_ptr = bits.mutable_data_ptr<uint8_t>();
+  // The bits of each stretch of rows, packed while the stretch is still in cache.
+  auto pack = [&](const at::Tensor& out2d, int64_t first, int64_t count) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out2d.scalar_type(), "fused_linear_relu_masked_cpu", [&] {
+      const scalar_t* out_ptr = out2d.const_data_ptr<scalar_t>();
+      for (int64_t r = first; r < first + count; ++r) {
+        const scalar_t* o = out_ptr + r * cols;
+        uint8_t* b = bits_ptr + r * row_bytes;
+        for (int64_t byte = 0; byte < row_bytes; ++byte) {
+          const int64_t at = byte * 8;
+          b[byte] = at < cols ? mask_byte(o + at, std::min<int64_t>(8, cols - at)) : 0;
+        }
+      }
+    });
+  };
+  const at::Tensor out = linear_relu_cpu_2d(input.reshape({rows, input.size(-1)}), weight, bias, RowsEpilogue(pack));
+  return {unflatten_rows(out, input), bits};
+}
+
+at::Tensor relu_mask_backward_cpu(const at::Tensor& grad, const at::Tensor& mask) {
+  check_relu_mask("_relu_mask_backward", grad, mask);
+  const at::Tensor g = grad.contiguous();
+  at::Tensor grad_in = at::empty(grad.sizes(), grad.options());
+  if (grad.numel() == 0) {
+    return grad_in;
+  }
+  const int64_t cols = grad.size(-1), rows = grad.numel() / cols, row_bytes = mask.size(1);
+  const uint8_t* bits = mask.const_data_ptr<uint8_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "relu_mask_backward_cpu", [&] {
+    // Bit patterns: a gradient ANDed with all-zeros is +0, as threshold_backward writes.
+    using U = Bits<scalar_t>;
+    const U* g_ptr = static_cast<const U*>(g.const_data_ptr());
+    U* out_ptr = static_cast<U*>(grad_in.mutable_data_ptr());
+    const auto& masks = expanded_masks<U>();
+    at::parallel_for(0, rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const U* gr = g_ptr + r * cols;
+        const uint8_t* br = bits + r * row_bytes;
+        U* o = out_ptr + r * cols;
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8) {
+          const std::array<U, 8>& m = masks[br[c / 8]];
+          for (int j = 0; j < 8; ++j) {
+            o[c + j] = gr[c + j] & m[j];
+          }
+        }
+        for (; c < cols; ++c) {
+          o[c] = gr[c] & masks[br[c / 8]][c % 8];
+        }
+      }
+    });
+  });
+  return grad_in;
+}
+
+}  // namespace hypatia::ops
