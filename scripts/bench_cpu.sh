@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The CPU benchmark on this machine (1 and 2 threads, default shapes) into docs/perf/cpu-<UTC date>/:
+# The CPU benchmark on this machine (1 and 2 threads, default shapes) into docs/perf/cpu-<UTC date>/
+# (or $HYPATIA_PERF_OUT):
 # results.json, results.md, speedup.png and bench.log; then the bundled models end to end in
 # hypatia-run (e2e.log). Builds first (incremental).
 # Extra arguments go to bench_ops.py, e.g. --only mlp or --dtypes float32.
@@ -7,7 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/build.sh"
 source "$root/scripts/setup_env.sh"
-out="$root/docs/perf/cpu-$(date -u +%Y-%m-%d)"
+out="${HYPATIA_PERF_OUT:-$root/docs/perf/cpu-$(date -u +%Y-%m-%d)}"
 mkdir -p "$out"
 HYPATIA_OPS_LIBRARY="${HYPATIA_BUILD_DIR:-$root/build}/libhypatia_ops.so" PYTHONUNBUFFERED=1 \
   "$HYPATIA_PY" "$root/scripts/bench_ops.py" --device cpu --threads 1,2 --out "$out" "$@" 2>&1 | tee "$out/bench.log"
