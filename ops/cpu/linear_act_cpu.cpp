@@ -119,11 +119,11 @@ void linear_act_cpu_out(
 
 at::Tensor linear_relu_cpu_2d(
     const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b, std::optional<RowsEpilogue> epilogue) {
-  const int64_t rows = x2d.size(0);
-  if (x2d.scalar_type() == at::kFloat && x2d.size(1) >= kMinOnednnInFeatures && rows > 0) {
+  const int64_t rows = x2d.size(0), out_features = w.size(0);
+  if (x2d.scalar_type() == at::kFloat && x2d.size(1) >= kMinOnednnInFeatures && rows > 0 && out_features > 0) {
     if (std::optional<at::Tensor> out = onednn_linear(x2d, w, b)) {
       // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
-      at::parallel_for(0, rows, std::max<int64_t>(1, (int64_t(1) << 16) / w.size(0)), [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
         out->narrow(0, begin, end - begin).relu_();
         if (epilogue) {
           (*epilogue)(*out, begin, end - begin);
@@ -132,7 +132,7 @@ at::Tensor linear_relu_cpu_2d(
       return *out;
     }
   }
-  at::Tensor out = at::empty({rows, w.size(0)}, x2d.options());
+  at::Tensor out = at::empty({rows, out_features}, x2d.options());
   run_row_blocks(x2d, w, b, /*relu=*/true, out, epilogue);
   return out;
 }

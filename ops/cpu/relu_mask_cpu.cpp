@@ -4,6 +4,7 @@
 // conversion and threshold_backward; and 1 bit per element is saved instead of 1 byte.
 #include "ops/checks.h"
 #include "ops/cpu/cpu_layer.h"
+#include "ops/cpu/row_blocks.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -18,11 +19,6 @@
 
 namespace hypatia::ops {
 namespace {
-
-// Rows per parallel task: about 64K elements.
-int64_t row_grain(int64_t cols) {
-  return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
-}
 
 // Eager relu's backward passes the gradient where !(out <= 0), NaN included.
 template <typename T>
@@ -113,7 +109,7 @@ at::Tensor relu_mask_backward_cpu(const at::Tensor& grad, const at::Tensor& mask
     const U* g_ptr = static_cast<const U*>(g.const_data_ptr());
     U* out_ptr = static_cast<U*>(grad_in.mutable_data_ptr());
     const auto& masks = expanded_masks<U>();
-    at::parallel_for(0, rows, row_grain(cols), [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, rows_per_task(cols), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const U* gr = g_ptr + r * cols;
         const uint8_t* br = bits + r * row_bytes;

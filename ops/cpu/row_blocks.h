@@ -18,6 +18,11 @@ inline int64_t rows_per_block(int64_t widest, int64_t element_size) {
   return std::max(kMinBlockRows, kBlockActivationBytes / std::max<int64_t>(1, widest * element_size));
 }
 
+// Rows per parallel task of an elementwise pass over rows of `cols` elements: about 64K elements.
+inline int64_t rows_per_task(int64_t cols) {
+  return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
+}
+
 // Calls fn(begin, end) on chunks of rows spread over ATen's intra-op threads, each chunk a whole
 // number of `block`-row blocks (the last one may be short). Rows that fit in one block run on the
 // caller, whose BLAS then uses every thread itself.

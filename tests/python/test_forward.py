@@ -99,6 +99,12 @@ def test_empty_batch_and_zero_features(device):
     assert torch.ops.hypatia.fused_linear_relu(torch.randn(0, 8, device=device), w, b).shape == (0, 3)
     assert torch.ops.hypatia.fused_linear_relu(torch.randn(2, 0, 8, device=device), w, b).shape == (2, 0, 3)
     assert torch.ops.hypatia.fused_mlp(torch.randn(0, 8, device=device), [w], [b], True).shape == (0, 3)
+    # out_features == 0, also where in_features makes the layer compute-bound (CPU: the oneDNN path).
+    for in_f in (8, 300):
+        x, w0 = torch.randn(4, in_f, device=device), torch.randn(0, in_f, device=device)
+        assert torch.ops.hypatia.fused_linear_relu(x, w0, torch.randn(0, device=device)).shape == (4, 0)
+        out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w0, None)
+        assert out.shape == (4, 0) and mask.shape == (4, 0)
     # in_features == 0: the output is relu(bias), as in eager.
     x0, w0, b0 = torch.randn(4, 0, device=device), torch.randn(3, 0, device=device), torch.randn(3, device=device)
     torch.testing.assert_close(torch.ops.hypatia.fused_linear_relu(x0, w0, b0), F.relu(F.linear(x0, w0, b0)))
