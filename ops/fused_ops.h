@@ -92,8 +92,8 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
 bool narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     at::TensorList outputs);
-// fused_mlp_backward_aten's result (2-D grad_input) with the ReLU masks, dgrads and bias sums in
-// one kernel and one wgrad GEMM per layer; nullopt, doing nothing, on shapes it does not cover.
+// fused_mlp_backward_aten's result (2-D grad_input) from two kernels: the ReLU masks, dgrads and
+// bias sums of all layers, then all weight gradients; nullopt, doing nothing, on shapes it does not cover.
 std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     const at::Tensor& grad_out2d, const at::Tensor& input2d, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);

@@ -1,19 +1,18 @@
-// fused_mlp for narrow layers (every width a multiple of 16, at most 128; half or bfloat16), forward
-// and backward, each as ONE kernel. Every CTA copies all layers' weights into shared memory once;
+// fused_mlp for narrow layers (every width a multiple of 16, at most 128; half or bfloat16): the
+// forward as ONE kernel, the backward as two (the chain through the layers, then every layer's
+// weight gradient). Every forward and chain CTA copies all layers' weights into shared memory once;
 // each warp then walks tiles of 16 * kMT rows and keeps a tile's activations in registers from
 // layer to layer: the fp32 accumulator fragment of mma.m16n8k16, rounded to the storage dtype as
 // eager rounds each layer's output, is exactly the A fragment of the next layer's mma. So the
 // forward reads the input once and writes the output once (and, in training, each hidden output,
 // which the backward needs); the backward reads grad_out and the saved outputs (for the ReLU masks)
-// once, writes each layer's masked gradient for the weight-gradient GEMMs, and sums the bias
+// once, writes each layer's masked gradient for the weight-gradient kernel, and sums the bias
 // gradients on chip.
 #include "ops/fused_ops.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/mm.h>
-#include <ATen/ops/split_with_sizes.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -789,9 +788,10 @@ bool launch_instance(at::ScalarType dtype, Width width, const Params& p, size_t 
 
 // The layers' shapes if the narrow kernels cover them (half/bfloat16 on sm_80+, 1..16 layers,
 // every width a multiple of 16 and <= 128, dense 16-byte-aligned weights), with the weights laid
-// out from shared-memory offset 0; `end` receives the first byte after them.
+// out from shared-memory offset 0; `end` receives the first byte after them, `widest` the widest
+// layer and `width` the instance that holds it.
 std::optional<Layers> narrow_layers(
-    const at::Tensor& x2d, at::TensorList weights, size_t& end, Width& width) {
+    const at::Tensor& x2d, at::TensorList weights, size_t& end, int& widest, Width& width) {
   const at::ScalarType dtype = x2d.scalar_type();
   const int count = static_cast<int>(weights.size());
   if (count == 0 || count > kMaxLayers || (dtype != at::kHalf && dtype != at::kBFloat16) ||
@@ -800,7 +800,7 @@ std::optional<Layers> narrow_layers(
   }
   Layers layers{};
   layers.count = count;
-  int widest = 0;
+  widest = 0;
   for (int l = 0; l <= count; ++l) {
     const int64_t w = l == 0 ? x2d.size(1) : weights[l - 1].size(0);
     if (w == 0 || w % 16 != 0 || w > kMaxWidth) {
@@ -838,15 +838,15 @@ bool narrow_mlp_forward_cuda(
           std::to_string(weights.size()) + " weights, " + std::to_string(biases.size()) + " biases and " +
           std::to_string(outputs.size()) + " outputs");
   size_t offset = 0;
+  int widest = 0;
   Width width;
-  const std::optional<Layers> layers = narrow_layers(x2d, weights, offset, width);
+  const std::optional<Layers> layers = narrow_layers(x2d, weights, offset, widest, width);
   if (!layers || !dense(x2d)) {
     return false;
   }
   ForwardParams p{};
   p.layers = *layers;
   const int count = layers->count;
-  int widest = 0;
   for (int l = 0; l < count; ++l) {
     const at::Tensor& out = outputs[l];
     if (out.defined()) {
@@ -871,9 +871,6 @@ bool narrow_mlp_forward_cuda(
     if (l + 1 < count || relu_last) {
       p.relu_mask |= 1u << l;
     }
-  }
-  for (int l = 0; l <= count; ++l) {
-    widest = std::max(widest, layers->width[l]);
   }
   for (int l = 0; l < count; ++l) {
     p.bias_offset[l] = static_cast<int>(offset);
@@ -904,8 +901,9 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     const at::Tensor& grad_out2d, const at::Tensor& input2d, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
   size_t offset = 0;
+  int widest = 0;
   Width width;
-  const std::optional<Layers> layers = narrow_layers(input2d, weights, offset, width);
+  const std::optional<Layers> layers = narrow_layers(input2d, weights, offset, widest, width);
   if (!layers || !dense(grad_out2d) || grad_out2d.scalar_type() != input2d.scalar_type() ||
       (params_grad && !dense(input2d))) {
     return std::nullopt;
@@ -923,10 +921,6 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   const cudaDeviceProp& prop = *at::cuda::getDeviceProperties(device);
   const size_t elem = input2d.element_size();
   const at::TensorOptions options = input2d.options();
-  int widest = 0;
-  for (int l = 0; l <= count; ++l) {
-    widest = std::max(widest, layers->width[l]);
-  }
 
   BackwardParams p{};
   p.layers = *layers;

@@ -1,7 +1,7 @@
 """The one-kernel narrow MLP behind fused_mlp on CUDA (ops/cuda/narrow_mlp_kernel.cu), forward and
 backward: results against float64 with eager's per-layer rounding and against eager itself, its
 edge cases, the shapes that must fall back to the per-layer path, the HYPATIA_DISABLE_NARROW_MLP
-switch, and that it really is one kernel launch (plus one wgrad GEMM per layer in backward)."""
+switch, and which kernels run (one launch forward; the chain and the weight-gradient kernel backward)."""
 import os
 import subprocess
 import sys
