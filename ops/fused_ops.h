@@ -61,6 +61,17 @@ at::Tensor fused_mlp_cpu(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 std::vector<at::Tensor> fused_mlp_forward_cpu(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
+// _fused_mlp_backward on the CPU: narrow MLPs block by block through every layer (in cache),
+// wider ones and native half-precision GEMMs by fused_mlp_backward_aten.
+std::vector<at::Tensor> fused_mlp_backward_cpu(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    at::TensorList weights,
+    at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias,
+    bool relu_last,
+    bool input_grad,
+    bool params_grad);
 // fused_linear_relu's training forward and the gradient through its ReLU, as on CUDA (below).
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cpu(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);

@@ -6,6 +6,7 @@
 #include "registration/op_calls.h"
 
 #include <ATen/ops/ones_like.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -76,4 +77,8 @@ at::Tensor fused_linear_relu_autograd(
 
 TORCH_LIBRARY_IMPL(hypatia, Autograd, m) {
   m.impl("fused_linear_relu", &hypatia::fused_linear_relu_autograd);
+  // The private ops behind it are not differentiable themselves: called directly, they run below
+  // autograd (their ATen calls record no graph) and a backward through them raises.
+  m.impl("_fused_linear_relu_masked", torch::autograd::autogradNotImplementedFallback());
+  m.impl("_relu_mask_backward", torch::autograd::autogradNotImplementedFallback());
 }

@@ -4,6 +4,7 @@
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -117,4 +118,8 @@ at::Tensor fused_mlp_autograd(
 
 TORCH_LIBRARY_IMPL(hypatia, Autograd, m) {
   m.impl("fused_mlp", &hypatia::fused_mlp_autograd);
+  // The private ops behind it are not differentiable themselves: called directly, they run below
+  // autograd (their ATen calls record no graph) and a backward through them raises.
+  m.impl("_fused_mlp_forward", torch::autograd::autogradNotImplementedFallback());
+  m.impl("_fused_mlp_backward", torch::autograd::autogradNotImplementedFallback());
 }

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
@@ -24,3 +25,23 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def make_mlp(widths, dtype, bias_pattern="all", *, device):
+    """Random layers; bias_pattern: 'all', 'none' or 'mixed' (None on odd layers)."""
+    ws, bs = [], []
+    for i, (k, n) in enumerate(zip(widths, widths[1:])):
+        ws.append((torch.randn(n, k, dtype=torch.float64) / k**0.5).to(dtype).to(device))
+        has_bias = bias_pattern == "all" or (bias_pattern == "mixed" and i % 2 == 0)
+        bs.append(torch.randn(n, dtype=torch.float64).to(dtype).to(device) if has_bias else None)
+    return ws, bs
+
+
+def eager_mlp(x, ws, bs, relu_last):
+    """The MLP that fused_mlp computes, in eager PyTorch."""
+    h = x
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        h = F.linear(h, w, b)
+        if i + 1 < len(ws) or relu_last:
+            h = F.relu(h)
+    return h

@@ -61,3 +61,21 @@ def test_mixed_devices():
         flr(t(2, 4, device="cuda"), t(5, 4, device="cuda"), t(5))
     with pytest.raises(RuntimeError, match=r"weights\[1\] must be on the input's device"):
         mlp(t(2, 4, device="cuda"), [t(5, 4, device="cuda"), t(3, 5)], [None, None])
+
+
+def test_private_ops_run_on_inputs_that_require_grad_and_refuse_backward(device):
+    """The ops behind the autograd kernels compute from inputs that require grad (their ATen calls
+    record no graph), and a backward through them raises instead of giving wrong gradients."""
+    x = t(300, 64, device=device)
+    w = t(64, 64, device=device).requires_grad_()
+    b = t(64, device=device).requires_grad_()
+    out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, b)
+    assert torch.allclose(out, flr(x, w.detach(), b.detach()), rtol=1e-3, atol=1e-3) and not mask.requires_grad
+    outputs = torch.ops.hypatia._fused_mlp_forward(x, [w, w], [b, None], False)
+    assert torch.allclose(outputs[-1], mlp(x, [w.detach()] * 2, [b.detach(), None], False), rtol=1e-3, atol=1e-3)
+    grads = torch.ops.hypatia._fused_mlp_backward(
+        torch.ones_like(outputs[-1]), x, [w, w], outputs[:1], [True, False], False, True, True)
+    assert len(grads) == 4
+    for result, name in [(out, "_fused_linear_relu_masked"), (outputs[-1], "_fused_mlp_forward")]:
+        with pytest.raises(RuntimeError, match=f"derivative for hypatia::{name} is not implemented"):
+            result.sum().backward()

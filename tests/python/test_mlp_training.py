@@ -1,0 +1,210 @@
+"""fused_mlp's training path on every device: the training forward's saved outputs and the gradients
+of _fused_mlp_backward (CUDA: the narrow kernels or the per-layer path; CPU: blocks of rows through
+every layer, or the per-layer path for wide layers), against float64 with eager's rounding and
+masks, and against eager autograd; the gradients asked for only; NaN; zero rows; opcheck."""
+import pytest
+import torch
+
+from conftest import TOLERANCE, eager_mlp, make_mlp, rel_error
+
+
+def reference_backward_rounded(gout, x, ws, has_bias, outputs, relu_last):
+    """float64 gradients from the same saved outputs, rounding each layer's input gradient to the
+    storage dtype where eager's dgrad GEMM does, and masking where eager's ReLU backward does."""
+    dtype = x.dtype
+    g = gout.double().reshape(-1, gout.shape[-1])
+    hs = [x.double().reshape(-1, x.shape[-1])] + [o.double().reshape(-1, o.shape[-1]) for o in outputs]
+    gws, gbs = [None] * len(ws), [None] * len(ws)
+    for i in reversed(range(len(ws))):
+        if i + 1 < len(ws) or relu_last:
+            g = torch.where(hs[i + 1] <= 0, torch.zeros_like(g), g)
+        gws[i] = g.t() @ hs[i]
+        gbs[i] = g.sum(0) if has_bias[i] else None
+        g = (g @ ws[i].double()).to(dtype).double()
+    return g.reshape(x.shape), gws, gbs
+
+
+def mlp_grads(x, ws, bs, relu_last, gout):
+    """fused_mlp's output, every layer's output (as the training forward saved them) and the
+    gradients of input, weights and present biases."""
+    leaves = [x.detach().requires_grad_()] + [w.detach().requires_grad_() for w in ws]
+    leaves += [b.detach().requires_grad_() for b in bs if b is not None]
+    it = iter(leaves[1 + len(ws):])
+    biases = [None if b is None else next(it) for b in bs]
+    outputs = torch.ops.hypatia._fused_mlp_forward(leaves[0].detach(), [w.detach() for w in ws],
+                                                    [None if b is None else b.detach() for b in bs], relu_last)
+    out = torch.ops.hypatia.fused_mlp(leaves[0], leaves[1:1 + len(ws)], biases, relu_last)
+    grads = torch.autograd.grad(out, leaves, gout)
+    return out, outputs, grads
+
+
+def random(shape, dtype, device):
+    return torch.randn(shape, dtype=torch.float64).to(dtype).to(device)
+
+
+# 5000 rows: several blocks of rows and a short last one in the CPU kernel, split over two tasks
+# when two threads run. The widths: narrow (both devices' narrow kernels), and 300 wide (the
+# per-layer path on both).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows", [1, 33, 5000, 65536])
+@pytest.mark.parametrize("widths", [[64, 64, 64], [64] * 9, [32, 128, 16], [16, 16], [64, 300, 64]])
+@pytest.mark.parametrize("relu_last", [False, True])
+@pytest.mark.parametrize("bias_pattern", ["all", "mixed"])
+def test_training_matches_rounded_reference_and_eager(device, dtype, rows, widths, relu_last, bias_pattern):
+    if device == "cpu" and rows == 65536:
+        pytest.skip("on the CPU 5000 rows already span several blocks and tasks")
+    if dtype == torch.float64 and (rows == 65536 or len(widths) > 3):
+        pytest.skip("float64 runs no kernel of its own; the short MLPs cover it")
+    torch.manual_seed(rows + 3 * len(widths))
+    x = random((rows, widths[0]), dtype, device)
+    ws, bs = make_mlp(widths, dtype, bias_pattern, device=device)
+    gout = random((rows, widths[-1]), dtype, device)
+    out, outputs, grads = mlp_grads(x, ws, bs, relu_last, gout)
+    tol = TOLERANCE[dtype]
+    # The training forward keeps every layer's output, each as eager computes it.
+    h = x
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        h = eager_mlp(h, [w], [b], i + 1 < len(ws) or relu_last)
+        assert rel_error(outputs[i], h) < tol, i
+    assert torch.equal(out, outputs[-1])
+
+    has_bias = [b is not None for b in bs]
+    gx, gws, gbs = reference_backward_rounded(gout, x, ws, has_bias, outputs, relu_last)
+    expected = [gx] + gws + [g for g in gbs if g is not None]
+    assert len(grads) == len(expected)
+    for i, (got, ref) in enumerate(zip(grads, expected)):
+        assert got.dtype == dtype and got.shape == ref.shape, i
+        assert rel_error(got, ref) < tol, i
+
+    # And at least as close to exact float64 autograd as eager autograd in the same dtype is (ReLU
+    # masks that flip under rounding put both some way off it in deep nets).
+    def autograd_grads(dt):
+        leaves = [t.detach().to(dt).requires_grad_() for t in [x] + ws + [b for b in bs if b is not None]]
+        it = iter(leaves[1 + len(ws):])
+        biases = [None if b is None else next(it) for b in bs]
+        return torch.autograd.grad(eager_mlp(leaves[0], leaves[1:1 + len(ws)], biases, relu_last), leaves, gout.to(dt))
+
+    exact, eager_grads = autograd_grads(torch.float64), autograd_grads(dtype)
+    for i, (got, ref, theirs) in enumerate(zip(grads, exact, eager_grads)):
+        assert rel_error(got, ref) <= max(tol, 2 * rel_error(theirs, ref)), i
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_threads_give_the_same_gradients(dtype):
+    """The CPU kernel's tasks sum their weight gradients apart and add them up in a fixed order:
+    one and two threads agree with each other and with the reference."""
+    torch.manual_seed(13)
+    x = random((5000, 64), dtype, "cpu")
+    ws, bs = make_mlp([64, 64, 64, 32], dtype, device="cpu")
+    gout = random((5000, 32), dtype, "cpu")
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            results.append(mlp_grads(x, ws, bs, False, gout))
+    finally:
+        torch.set_num_threads(threads)
+    (_, outputs, one), (_, _, two) = results
+    gx, gws, gbs = reference_backward_rounded(gout, x, ws, [True] * 3, outputs, False)
+    for a, b, ref in zip(one, two, [gx] + gws + gbs):
+        assert rel_error(a, ref) < TOLERANCE[dtype] and rel_error(b, ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("needs", ["input", "params", "weights_only"])
+def test_training_computes_the_gradients_asked_for(device, dtype, needs):
+    torch.manual_seed(8)
+    x = random((3000, 64), dtype, device)
+    ws, bs = make_mlp([64, 64, 32], dtype, device=device)
+    gout = random((3000, 32), dtype, device)
+    x.requires_grad_(needs == "input")
+    for w in ws:
+        w.requires_grad_(needs != "input")
+    for b in bs:
+        b.requires_grad_(needs == "params")
+    out = torch.ops.hypatia.fused_mlp(x, ws, bs, False)
+    out.backward(gout)
+    assert (x.grad is not None) == (needs == "input")
+    assert all((w.grad is not None) == (needs != "input") for w in ws)
+    assert all((b.grad is not None) == (needs == "params") for b in bs)
+    outputs = torch.ops.hypatia._fused_mlp_forward(x.detach(), ws, bs, False)
+    gx, gws, gbs = reference_backward_rounded(gout, x, ws, [True, True], outputs, False)
+    for t, ref in [(x, gx)] + list(zip(ws, gws)) + list(zip(bs, gbs)):
+        if t.grad is not None:
+            assert rel_error(t.grad, ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("relu_last", [False, True])
+def test_training_nan_gradients_spread_as_in_eager(device, dtype, relu_last):
+    torch.manual_seed(9)
+    x = random((2000, 64), dtype, device)
+    x[1500, 3] = float("nan")  # a NaN output: its ReLU passes the gradient, as eager's does
+    ws, bs = make_mlp([64, 64, 64, 64], dtype, device=device)
+    gout = random((2000, 64), dtype, device)
+    gout[7, :] = float("nan")
+    _, _, grads = mlp_grads(x, ws, bs, relu_last, gout)
+    leaves = [t.detach().requires_grad_() for t in [x] + ws + bs]
+    eager_grads = torch.autograd.grad(eager_mlp(leaves[0], leaves[1:4], leaves[4:], relu_last), leaves, gout)
+    for got, ref in zip(grads, eager_grads):
+        assert torch.equal(got.isnan(), ref.isnan())
+    assert grads[0][7].isnan().any() and not grads[0][8:1500].isnan().any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_non_contiguous_input_and_grad(device, dtype):
+    torch.manual_seed(14)
+    x = random((64, 3000), dtype, device).t()  # [3000, 64], transposed
+    ws, bs = make_mlp([64, 64, 32], dtype, device=device)
+    gout = random((32, 3000), dtype, device).t()
+    assert not x.is_contiguous() and not gout.is_contiguous()
+    _, outputs, grads = mlp_grads(x, ws, bs, True, gout)
+    gx, gws, gbs = reference_backward_rounded(gout, x, ws, [True, True], outputs, True)
+    for got, ref in zip(grads, [gx] + gws + gbs):
+        assert rel_error(got, ref) < TOLERANCE[dtype]
+
+
+def test_training_zero_rows_and_batch_dims(device):
+    ws, bs = make_mlp([64, 64, 32], torch.bfloat16, device=device)
+    for shape in [(0, 64), (2, 0, 64), (3, 50, 64)]:
+        torch.manual_seed(10)
+        x = random(shape, torch.bfloat16, device)
+        gout = random(shape[:-1] + (32,), torch.bfloat16, device)
+        out, outputs, grads = mlp_grads(x, ws, bs, True, gout)
+        assert out.shape == shape[:-1] + (32,) and grads[0].shape == shape
+        gx, gws, gbs = reference_backward_rounded(gout, x, ws, [True, True], outputs, True)
+        for got, ref in zip(grads, [gx] + gws + gbs):
+            assert got.shape == ref.shape
+            if ref.numel() and ref.abs().max() > 0:
+                assert rel_error(got, ref) < TOLERANCE[torch.bfloat16]
+            else:  # no rows: zero weight and bias gradients
+                assert torch.count_nonzero(got) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck_backward_op(device, dtype):
+    torch.manual_seed(12)
+    x = random((100, 64), dtype, device)
+    ws, bs = make_mlp([64, 64, 32], dtype, "mixed", device=device)
+    outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, True)
+    gout = random((100, 32), dtype, device)
+    for input_grad, params_grad in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(
+            torch.ops.hypatia._fused_mlp_backward.default,
+            (gout, x, ws, outputs, [True, False], True, input_grad, params_grad))
+
+
+@pytest.mark.parametrize("width, blocked", [(64, True), (300, False)])
+def test_cpu_narrow_backward_runs_by_blocks(width, blocked):
+    """Narrow layers go back block by block (no ATen ReLU backward over whole layers); layers
+    wider than 256 take the per-layer path."""
+    torch.manual_seed(15)
+    x = random((3000, 64), torch.float32, "cpu")
+    ws, bs = make_mlp([64, width, 64], torch.float32, device="cpu")
+    outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, False)
+    gout = random((3000, 64), torch.float32, "cpu")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ops.hypatia._fused_mlp_backward(gout, x, ws, outputs[:1], [True, True], False, True, True)
+    names = {e.name for e in prof.events()}
+    assert ("aten::threshold_backward" in names) != blocked, sorted(names)
