@@ -75,6 +75,18 @@ void check_input(const std::string& prefix, const at::Tensor& input) {
       prefix + "input must be float32, float64, bfloat16 or float16, but got " + c10::toString(input.scalar_type()));
 }
 
+// t must be [*, features] with the input's batch dims, dtype and device (a layer output or its gradient).
+void check_like_output(
+    const std::string& prefix, const std::string& name, const at::Tensor& t, const at::Tensor& input,
+    const c10::SymInt& features) {
+  TORCH_CHECK(t.defined(), prefix + name + " must be a tensor, but got an undefined tensor");
+  check_same_dtype_and_device(prefix, name, t, input);
+  const c10::SymDimVector expected = linear_output_shape(input, features);
+  TORCH_CHECK(
+      t.sym_sizes() == c10::SymIntArrayRef(expected),
+      prefix + name + " must have shape " + to_str(expected) + ", but got " + to_str(t.sym_sizes()));
+}
+
 }  // namespace
 
 void check_linear_args(
@@ -127,14 +139,6 @@ void check_mlp_backward_args(
   TORCH_CHECK(
       saved_outputs.size() == saved, prefix + "saved_outputs must hold the outputs of the " + std::to_string(saved) +
           " layers that a ReLU follows, but got " + std::to_string(saved_outputs.size()));
-  auto check_like_output = [&](const std::string& name, const at::Tensor& t, const c10::SymInt& features) {
-    TORCH_CHECK(t.defined(), prefix + name + " must be a tensor, but got an undefined tensor");
-    check_same_dtype_and_device(prefix, name, t, input);
-    const c10::SymDimVector expected = linear_output_shape(input, features);
-    TORCH_CHECK(
-        t.sym_sizes() == c10::SymIntArrayRef(expected),
-        prefix + name + " must have shape " + to_str(expected) + ", but got " + to_str(t.sym_sizes()));
-  };
   c10::SymInt features = input.sym_size(-1);
   for (size_t i = 0; i < layers; ++i) {
     const std::string name = "weights[" + std::to_string(i) + "]";
@@ -142,10 +146,18 @@ void check_mlp_backward_args(
                 i == 0 ? std::string("input has last dimension") : "layer " + std::to_string(i - 1) + " produces");
     features = weights[i].sym_size(0);
     if (i < saved) {
-      check_like_output("saved_outputs[" + std::to_string(i) + "]", saved_outputs[i], features);
+      check_like_output(prefix, "saved_outputs[" + std::to_string(i) + "]", saved_outputs[i], input, features);
     }
   }
-  check_like_output("grad_out", grad_out, features);
+  check_like_output(prefix, "grad_out", grad_out, input, features);
+}
+
+void check_linear_relu_backward_args(
+    const char* op, const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& weight,
+    const at::Tensor& relu_mask) {
+  check_linear_args(op, input, weight, std::nullopt);
+  check_like_output(std::string(op) + ": ", "grad_out", grad_out, input, weight.sym_size(0));
+  check_relu_mask(op, grad_out, relu_mask);
 }
 
 c10::SymInt sym_batch_rows(const at::Tensor& t) {

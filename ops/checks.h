@@ -34,6 +34,11 @@ void check_mlp_backward_args(
     const c10::List<bool>& has_bias,
     bool relu_last);
 
+// fused_linear_relu's backward: grad_out [*, N] like the output, relu_mask its bits (below).
+void check_linear_relu_backward_args(
+    const char* op, const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& weight,
+    const at::Tensor& relu_mask);
+
 // The ReLU mask of an output [*, N] as bits (cuBLASLt's RELU_AUX layout): row r of the
 // flattened output is bits [r * 8 * row_bytes, r * 8 * row_bytes + N), lowest bit of each byte
 // first, set where the ReLU passed; row_bytes = relu_mask_row_bytes(N) (a whole number of

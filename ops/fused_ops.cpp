@@ -67,6 +67,31 @@ std::vector<at::Tensor> run_mlp_with(
   return outputs;
 }
 
+std::vector<at::Tensor> fused_linear_relu_backward_with(
+    ReluMaskBackward mask_backward,
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad) {
+  check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
+  const int64_t rows = batch_rows(input);
+  const at::Tensor grad = mask_backward(grad_out, relu_mask).reshape({rows, weight.size(0)});
+  std::vector<at::Tensor> grads;
+  if (input_grad) {
+    grads.push_back(grad.mm(weight).view(input.sizes()));
+  }
+  if (weight_grad) {
+    grads.push_back(grad.t().mm(input.reshape({rows, weight.size(1)})));
+  }
+  if (bias_grad) {
+    grads.push_back(grad.sum(0));
+  }
+  return grads;
+}
+
 std::vector<at::Tensor> fused_mlp_backward_aten(
     const at::Tensor& grad_out,
     const at::Tensor& input,

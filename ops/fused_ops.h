@@ -55,6 +55,22 @@ std::vector<at::Tensor> fused_mlp_backward_aten(
     bool input_grad,
     bool params_grad);
 
+// The gradient through a ReLU from its mask bits: a device's _relu_mask_backward kernel.
+using ReluMaskBackward = at::Tensor (*)(const at::Tensor& grad, const at::Tensor& mask);
+
+// fused_linear_relu's backward from its saved input, weight and ReLU mask bits: grad_input when
+// input_grad, then grad_weight when weight_grad, then grad_bias when bias_grad. Device-generic:
+// `mask_backward`, then the dgrad and wgrad GEMMs and the bias sum in ATen.
+std::vector<at::Tensor> fused_linear_relu_backward_with(
+    ReluMaskBackward mask_backward,
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad);
+
 // CPU
 at::Tensor fused_linear_relu_cpu(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
 at::Tensor fused_mlp_cpu(
@@ -76,6 +92,16 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cpu(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
 at::Tensor relu_mask_backward_cpu(const at::Tensor& grad, const at::Tensor& mask);
+// _fused_linear_relu_backward on the CPU: narrow layers by blocks of rows in cache (as
+// fused_mlp_backward_cpu), wider ones by fused_linear_relu_backward_with.
+std::vector<at::Tensor> fused_linear_relu_backward_cpu(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad);
 
 // CUDA
 #ifdef HYPATIA_WITH_CUDA
@@ -92,6 +118,14 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
 void pack_relu_mask_cuda(const at::Tensor& out2d, at::Tensor& bits);
 // The gradient through the ReLU: grad [*, N] where the mask bit is set, 0 elsewhere.
 at::Tensor relu_mask_backward_cuda(const at::Tensor& grad, const at::Tensor& mask);
+std::vector<at::Tensor> fused_linear_relu_backward_cuda(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad);
 std::vector<at::Tensor> fused_mlp_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
@@ -117,6 +151,14 @@ at::Tensor fused_mlp_meta(
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_meta(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
 at::Tensor relu_mask_backward_meta(const at::Tensor& grad, const at::Tensor& mask);
+std::vector<at::Tensor> fused_linear_relu_backward_meta(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad);
 std::vector<at::Tensor> fused_mlp_forward_meta(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 std::vector<at::Tensor> fused_mlp_backward_meta(

@@ -6,6 +6,7 @@ TORCH_LIBRARY_IMPL(hypatia, Meta, m) {
   m.impl("fused_linear_relu", &hypatia::ops::fused_linear_relu_meta);
   m.impl("_fused_linear_relu_masked", &hypatia::ops::fused_linear_relu_masked_meta);
   m.impl("_relu_mask_backward", &hypatia::ops::relu_mask_backward_meta);
+  m.impl("_fused_linear_relu_backward", &hypatia::ops::fused_linear_relu_backward_meta);
   m.impl("fused_mlp", &hypatia::ops::fused_mlp_meta);
   m.impl("_fused_mlp_forward", &hypatia::ops::fused_mlp_forward_meta);
   m.impl("_fused_mlp_backward", &hypatia::ops::fused_mlp_backward_meta);

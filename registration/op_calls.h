@@ -29,6 +29,22 @@ inline at::Tensor relu_mask_backward(const at::Tensor& grad, const at::Tensor& m
   return op.call(grad, mask);
 }
 
+inline std::vector<at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("hypatia::_fused_linear_relu_backward", "")
+                             .typed<std::vector<at::Tensor>(
+                                 const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool,
+                                 bool)>();
+  return op.call(grad_out, input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+}
+
 inline at::Tensor fused_mlp(
     const at::Tensor& input,
     at::TensorList weights,

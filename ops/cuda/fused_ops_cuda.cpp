@@ -90,6 +90,19 @@ at::Tensor fused_mlp_cuda(
   return run_mlp_with(linear_act_cuda_out, input, weights, biases, relu_last, /*keep_hidden=*/false).back();
 }
 
+std::vector<at::Tensor> fused_linear_relu_backward_cuda(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad) {
+  const c10::cuda::CUDAGuard device_guard(input.device());
+  return fused_linear_relu_backward_with(
+      relu_mask_backward_cuda, grad_out, input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+}
+
 std::vector<at::Tensor> fused_mlp_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {

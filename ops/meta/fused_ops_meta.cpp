@@ -25,6 +25,28 @@ at::Tensor relu_mask_backward_meta(const at::Tensor& grad, const at::Tensor& mas
   return at::empty_symint(grad.sym_sizes(), grad.options());
 }
 
+std::vector<at::Tensor> fused_linear_relu_backward_meta(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad) {
+  check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
+  std::vector<at::Tensor> grads;
+  if (input_grad) {
+    grads.push_back(at::empty_symint(input.sym_sizes(), input.options()));
+  }
+  if (weight_grad) {
+    grads.push_back(at::empty_symint(weight.sym_sizes(), input.options()));
+  }
+  if (bias_grad) {
+    grads.push_back(at::empty_symint({weight.sym_size(0)}, input.options()));
+  }
+  return grads;
+}
+
 std::vector<at::Tensor> fused_mlp_forward_meta(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   check_mlp_args("fused_mlp", input, weights, biases);

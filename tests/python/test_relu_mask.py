@@ -1,6 +1,7 @@
 """fused_linear_relu's training path on every device: the forward's ReLU mask as bits (set exactly
-where eager relu's backward passes the gradient, NaN included), the backward through them, their
-checks and opcheck."""
+where eager relu's backward passes the gradient, NaN included), the backward through them
+(_fused_linear_relu_backward: on the CPU by blocks of rows for layers up to 256 wide, else per
+layer), their checks and opcheck."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -53,6 +54,74 @@ def test_backward_through_the_mask_bits_matches_eager(device, dtype):
         assert rel_error(g, r) < (1e-5 if dtype == torch.float32 else 2e-2)
 
 
+# Narrow layers (the CPU's blocks of rows: 5000 rows are several blocks over two tasks) and a wide
+# one (per-layer backward); 3-D input, 0 rows.
+@pytest.mark.parametrize("shape", [(5000, 64, 64), (5000, 200, 7), (2, 700, 100, 256), (300, 64, 300), (0, 64, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_backward_op_matches_eager_in_float64(device, dtype, shape):
+    torch.manual_seed(sum(shape))
+    *batch, k, n = shape
+    x = torch.randn(*batch, k, dtype=torch.float64).to(dtype).to(device)
+    w = (torch.randn(n, k, dtype=torch.float64) / k**0.5).to(dtype).to(device)
+    b = torch.randn(n, dtype=torch.float64).to(dtype).to(device)
+    grad_out = torch.randn(*batch, n, dtype=torch.float64).to(dtype).to(device)
+    out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, b)
+    grads = torch.ops.hypatia._fused_linear_relu_backward(grad_out, x, w, mask, True, True, True)
+    # The reference masks where the op's own output passed (eager's rule on that output).
+    g = torch.where(out.double() <= 0, 0.0, grad_out.double()).reshape(-1, n)
+    x2d = x.double().reshape(-1, k)
+    refs = [(g @ w.double()).reshape(x.shape), g.t() @ x2d, g.sum(0)]
+    for got, ref in zip(grads, refs):
+        assert got.dtype == dtype and got.shape == ref.shape
+        if ref.numel() and ref.abs().max() > 0:
+            assert rel_error(got, ref) < TOLERANCE[dtype]
+        else:
+            assert torch.count_nonzero(got) == 0
+
+
+@pytest.mark.parametrize("width", [64, 300])
+def test_backward_op_returns_the_gradients_asked_for(device, width):
+    torch.manual_seed(16)
+    x, w = torch.randn(3000, 64, device=device), torch.randn(width, 64, device=device) / 8
+    grad_out = torch.randn(3000, width, device=device)
+    _, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, None)
+    every = torch.ops.hypatia._fused_linear_relu_backward(grad_out, x, w, mask, True, True, True)
+    for wanted in [(True, False, False), (False, True, False), (False, False, True), (False, True, True)]:
+        got = torch.ops.hypatia._fused_linear_relu_backward(grad_out, x, w, mask, *wanted)
+        expected = [g for g, on in zip(every, wanted) if on]
+        assert len(got) == len(expected)
+        for a, e in zip(got, expected):
+            assert rel_error(a, e) < 1e-6
+
+
+def test_backward_op_spreads_nan_as_eager(device):
+    torch.manual_seed(17)
+    x = torch.randn(3000, 64, device=device)
+    x[2500, 3] = float("nan")  # a NaN output row: its ReLU passes the gradient
+    w, b = torch.randn(64, 64, device=device) / 8, torch.randn(64, device=device)
+    grad_out = torch.randn(3000, 64, device=device)
+    grad_out[7, :] = float("nan")
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    eager = torch.autograd.grad(F.relu(F.linear(*leaves)), leaves, grad_out)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    fused = torch.autograd.grad(torch.ops.hypatia.fused_linear_relu(*leaves), leaves, grad_out)
+    for got, ref in zip(fused, eager):
+        assert torch.equal(got.isnan(), ref.isnan())
+    assert fused[0][7].isnan().any() and not fused[0][8:2500].isnan().any()
+
+
+@pytest.mark.parametrize("width, blocked", [(64, True), (300, False)])
+def test_cpu_narrow_backward_runs_by_blocks(width, blocked):
+    """Narrow layers go back by blocks of rows (each block's weight gradient added into its task's
+    sum, addmm_), wide ones by whole-layer GEMMs."""
+    x, w = torch.randn(3000, 64), torch.randn(width, 64) / 8
+    _, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, None)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ops.hypatia._fused_linear_relu_backward(torch.randn(3000, width), x, w, mask, True, True, True)
+    names = {e.name for e in prof.events()}
+    assert ("aten::addmm_" in names) == blocked, sorted(names)
+
+
 def test_relu_mask_backward_rejects_a_mask_of_the_wrong_shape(device):
     grad = torch.randn(4, 7, device=device)
     with pytest.raises(RuntimeError, match=r"_relu_mask_backward: mask must be uint8 \[4, 16\] for grad of shape \[4, 7\]"):
@@ -67,3 +136,6 @@ def test_opcheck_training_forward_and_mask_backward(device):
         torch.library.opcheck(torch.ops.hypatia._fused_linear_relu_masked.default, (x, w, b))
         out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, b)
         torch.library.opcheck(torch.ops.hypatia._relu_mask_backward.default, (torch.randn_like(out), mask))
+        for wanted in [(True, True, bias), (False, True, False), (True, False, False)]:
+            torch.library.opcheck(
+                torch.ops.hypatia._fused_linear_relu_backward.default, (torch.randn_like(out), x, w, mask, *wanted))

@@ -1,0 +1,238 @@
+// CPU backward of narrow fused_linear_relu and fused_mlp layers: each block of rows goes back
+// through every layer while it is in cache (ReLU mask, weight-gradient and bias-sum partials, input
+// gradient), where the per-layer backward makes some seven passes over memory per layer. Each task
+// sums its weight and bias gradients in its own buffers, added up in a fixed order at the end
+// (deterministic). Wider layers, compute-bound, keep the per-layer backward.
+#include "ops/checks.h"
+#include "ops/cpu/cpu_layer.h"
+#include "ops/cpu/relu_bits.h"
+
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+
+namespace hypatia::ops {
+namespace {
+
+// Widest layer taken by blocks: above it the GEMMs are compute-bound, and the per-layer backward
+// over all rows is as fast as they get without per-task weight-gradient buffers.
+constexpr int64_t kMaxBlockedWidth = 256;
+// One block's widest gradient, about a quarter of one core's L2: the two gradient buffers, the
+// saved output (or mask) and the layer input of the block all stay in cache.
+constexpr int64_t kBlockGradBytes = 256 * 1024;
+
+// One layer going back. Its ReLU mask (where linear.relu) comes from the saved post-ReLU output
+// [rows, N] or from its bits [rows, row_bytes].
+struct BackLayer {
+  CpuLayer linear;
+  at::Tensor input;  // [rows, K] contiguous: the wgrad's other operand
+  at::Tensor relu_output;
+  at::Tensor relu_bits;
+  bool has_bias = false;
+};
+
+struct Grads {
+  at::Tensor input;                  // [rows, K_0] when asked for
+  std::vector<at::Tensor> weights;   // per layer; undefined where not asked for
+  std::vector<at::Tensor> biases;    // per layer; undefined where not asked for or without a bias
+};
+
+// Narrow enough, and in a dtype the blocks compute in (half precision only where it is widened).
+bool blocks_pay(const std::vector<BackLayer>& layers, at::ScalarType dtype) {
+  int64_t widest = layers.front().input.size(1);
+  for (const BackLayer& l : layers) {
+    widest = std::max(widest, l.linear.weight_t.size(1));
+  }
+  return widest <= kMaxBlockedWidth && (!at::isReducedFloatingType(dtype) || layers.front().linear.widened);
+}
+
+// grad = out <= 0 ? 0 : grad, as eager's ReLU backward (threshold_backward) on the saved output.
+template <typename T, typename G>
+void mask_by_output(const T* out, G* grad, int64_t count) {
+  for (int64_t j = 0; j < count; ++j) {
+    grad[j] = static_cast<at::opmath_type<T>>(out[j]) <= 0 ? G(0) : grad[j];
+  }
+}
+
+// Gradients of layers[0..L) (layer i + 1's input is layer i's output) from grad_out [rows, N_last].
+Grads blocked_backward(
+    const at::Tensor& grad_out, const std::vector<BackLayer>& layers, bool input_grad, bool weights_grad,
+    bool biases_grad) {
+  const at::Tensor& x = layers.front().input;
+  const at::ScalarType dtype = x.scalar_type();
+  const at::TensorOptions compute = x.options().dtype(layers.front().linear.weight_t.scalar_type());
+  const int64_t rows = x.size(0);
+  const size_t depth = layers.size();
+  int64_t widest = x.size(1);
+  for (const BackLayer& l : layers) {
+    widest = std::max(widest, l.linear.weight_t.size(1));
+  }
+  Grads grads;
+  if (input_grad) {
+    grads.input = at::empty(x.sizes(), x.options());
+  }
+  const int64_t block = std::max<int64_t>(64, kBlockGradBytes / (widest * c10::elementSize(compute.dtype().toScalarType())));
+  const int64_t blocks = (rows + block - 1) / block;
+  const int64_t n_tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
+  // Per task: every layer's weight gradient, then every layer's bias gradient, in the compute dtype.
+  std::vector<std::vector<at::Tensor>> partials(n_tasks);
+  for (auto& sums : partials) {
+    for (const BackLayer& l : layers) {
+      sums.push_back(weights_grad ? at::zeros(l.linear.weight_t.t().sizes(), compute) : at::Tensor());
+    }
+    for (const BackLayer& l : layers) {
+      sums.push_back(biases_grad && l.has_bias ? at::zeros({l.linear.weight_t.size(1)}, compute) : at::Tensor());
+    }
+  }
+
+  // Task t takes blocks [blocks * t / n_tasks, blocks * (t + 1) / n_tasks).
+  at::parallel_for(0, n_tasks, 1, [&](int64_t first_task, int64_t end_task) {
+    at::Tensor buffers = at::empty({2, block * widest}, compute);
+    for (int64_t t = first_task; t < end_task; ++t) {
+      std::vector<at::Tensor>& sums = partials[t];
+      for (int64_t b = blocks * t / n_tasks; b < blocks * (t + 1) / n_tasks; ++b) {
+        const int64_t r = b * block, n = std::min(block, rows - r);
+        auto buffer = [&](int which, int64_t cols) { return buffers[which].narrow(0, 0, n * cols).view({n, cols}); };
+        at::Tensor grad = buffer(0, grad_out.size(1));
+        grad.copy_(grad_out.narrow(0, r, n));
+        for (size_t i = depth; i-- > 0;) {
+          const BackLayer& layer = layers[i];
+          const int64_t cols = layer.linear.weight_t.size(1);
+          if (layer.relu_output.defined()) {
+            AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "blocked_backward_cpu", [&] {
+              using G = at::opmath_type<scalar_t>;
+              mask_by_output(layer.relu_output.const_data_ptr<scalar_t>() + r * cols, grad.mutable_data_ptr<G>(), n * cols);
+            });
+          } else if (layer.relu_bits.defined()) {
+            AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "blocked_backward_cpu", [&] {
+              using U = Bits<scalar_t>;
+              const int64_t row_bytes = layer.relu_bits.size(1);
+              const uint8_t* bits = layer.relu_bits.const_data_ptr<uint8_t>() + r * row_bytes;
+              U* g = static_cast<U*>(grad.mutable_data_ptr());
+              for (int64_t row = 0; row < n; ++row) {
+                apply_relu_bits(bits + row * row_bytes, g + row * cols, g + row * cols, cols);
+              }
+            });
+          }
+          if (sums[i].defined()) {
+            sums[i].addmm_(grad.t(), layer.input.narrow(0, r, n).to(compute.dtype()));
+          }
+          if (sums[depth + i].defined()) {
+            sums[depth + i].add_(grad.sum(0));
+          }
+          if (i == 0 && !input_grad) {
+            break;
+          }
+          at::Tensor next = buffer(1 - (depth - 1 - i) % 2, layer.linear.weight_t.size(0));
+          at::mm_out(next, grad, layer.linear.weight_t.t());
+          if (i == 0) {
+            grads.input.narrow(0, r, n).copy_(next);
+          } else if (layer.linear.widened) {
+            next.copy_(next.to(dtype));  // rounded to the storage dtype, where eager's dgrad GEMM rounds
+          }
+          grad = next;
+        }
+      }
+    }
+  });
+
+  auto total = [&](size_t slot) {
+    at::Tensor sum = partials[0][slot];
+    if (!sum.defined()) {
+      return sum;
+    }
+    for (size_t t = 1; t < partials.size(); ++t) {
+      sum.add_(partials[t][slot]);
+    }
+    return sum.to(dtype);
+  };
+  for (size_t i = 0; i < depth; ++i) {
+    grads.weights.push_back(total(i));
+    grads.biases.push_back(total(depth + i));
+  }
+  return grads;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> fused_mlp_backward_cpu(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    at::TensorList weights,
+    at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias,
+    bool relu_last,
+    bool input_grad,
+    bool params_grad) {
+  check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
+  const int64_t rows = batch_rows(input);
+  auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}).contiguous(); };
+  std::vector<BackLayer> layers(weights.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const bool relu = i < saved_outputs.size();
+    layers[i].linear = prepare_cpu_layer(weights[i], std::nullopt, relu);
+    layers[i].input = as_2d(i == 0 ? input : saved_outputs[i - 1]);
+    layers[i].relu_output = relu ? as_2d(saved_outputs[i]) : at::Tensor();
+    layers[i].has_bias = has_bias.get(i);
+  }
+  if (!blocks_pay(layers, input.scalar_type())) {
+    return fused_mlp_backward_aten(grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+  }
+  const Grads g = blocked_backward(as_2d(grad_out), layers, input_grad, params_grad, params_grad);
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& w : g.weights) {
+    if (w.defined()) {
+      grads.push_back(w);
+    }
+  }
+  for (const at::Tensor& b : g.biases) {
+    if (b.defined()) {
+      grads.push_back(b);
+    }
+  }
+  if (input_grad) {
+    grads.push_back(g.input.view(input.sizes()));
+  }
+  return grads;
+}
+
+std::vector<at::Tensor> fused_linear_relu_backward_cpu(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    const at::Tensor& relu_mask,
+    bool input_grad,
+    bool weight_grad,
+    bool bias_grad) {
+  check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
+  const int64_t rows = batch_rows(input);
+  std::vector<BackLayer> layers(1);
+  layers[0].linear = prepare_cpu_layer(weight, std::nullopt, /*relu=*/true);
+  layers[0].input = input.reshape({rows, input.size(-1)}).contiguous();
+  layers[0].relu_bits = relu_mask.contiguous();
+  layers[0].has_bias = bias_grad;
+  if (!blocks_pay(layers, input.scalar_type())) {
+    return fused_linear_relu_backward_with(
+        relu_mask_backward_cpu, grad_out, input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+  }
+  const Grads g = blocked_backward(
+      grad_out.reshape({rows, weight.size(0)}).contiguous(), layers, input_grad, weight_grad, bias_grad);
+  std::vector<at::Tensor> grads;
+  if (input_grad) {
+    grads.push_back(g.input.view(input.sizes()));
+  }
+  if (weight_grad) {
+    grads.push_back(g.weights[0]);
+  }
+  if (bias_grad) {
+    grads.push_back(g.biases[0]);
+  }
+  return grads;
+}
+
+}  // namespace hypatia::ops

@@ -1,0 +1,46 @@
+#pragma once
+// Applying a ReLU bit mask (layout in ops/checks.h) to gradients on the CPU.
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+namespace hypatia::ops {
+
+// The elements' bit patterns as unsigned integers of their size.
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+
+// For every mask byte, 8 all-ones/all-zeros words: the backward ANDs 8 gradients with them, which
+// vectorizes where a per-element bit test did not (~8x slower than threshold_backward).
+template <typename U>
+const std::array<std::array<U, 8>, 256>& expanded_masks() {
+  static const auto table = [] {
+    std::array<std::array<U, 8>, 256> t{};
+    for (int byte = 0; byte < 256; ++byte) {
+      for (int j = 0; j < 8; ++j) {
+        t[byte][j] = (byte >> j) & 1 ? static_cast<U>(~U(0)) : U(0);
+      }
+    }
+    return t;
+  }();
+  return table;
+}
+
+// out[0, count) = in[0, count) where the mask bits (byte-aligned) are set, +0 elsewhere (the bit
+// patterns ANDed, as threshold_backward writes +0). in == out works in place.
+template <typename U>
+void apply_relu_bits(const uint8_t* bits, const U* in, U* out, int64_t count) {
+  const auto& masks = expanded_masks<U>();
+  int64_t c = 0;
+  for (; c + 8 <= count; c += 8) {
+    const std::array<U, 8>& m = masks[bits[c / 8]];
+    for (int j = 0; j < 8; ++j) {
+      out[c + j] = in[c + j] & m[j];
+    }
+  }
+  for (; c < count; ++c) {
+    out[c] = in[c] & masks[bits[c / 8]][c % 8];
+  }
+}
+
+}  // namespace hypatia::ops
