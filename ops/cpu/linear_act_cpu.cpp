@@ -29,11 +29,14 @@ bool native_half_gemm(at::ScalarType dtype) {
   return dtype == at::kBFloat16 ? bf16 : fp16;
 }
 
-// In-features from which a float32 layer is compute-bound enough that one oneDNN inner product over
-// all rows beats row blocks: each block's GEMM repacks the weight, and the output pass that the
-// blocks keep in cache is a small part of such a GEMM (measured on this project's 2-core AMD EPYC:
-// oneDNN's JIT GEMM ran 1.0-1.3x MKL's sgemm, which eager uses, at 1024x784->2048 and 4096x1024->4096).
+// A float32 layer with at least this many in-features and multiply-adds is compute-bound enough
+// that one oneDNN inner product over all rows beats row blocks: each block's GEMM repacks the
+// weight, and the output pass that the blocks keep in cache is a small part of such a GEMM.
+// Measured on this project's 2-core AMD EPYC: oneDNN's JIT GEMM ran 1.0-1.3x MKL's sgemm (which
+// eager uses) from 2^28 multiply-adds up (1024x512->1024, 1024x784->2048, 4096x1024->4096) and
+// 0.91-0.96x below 2^26 (256x256->512, 512x256->512): its per-call set-up shows.
 constexpr int64_t kMinOnednnInFeatures = 256;
+constexpr int64_t kMinOnednnMacs = int64_t(1) << 27;
 
 // x2d @ w.T + b by oneDNN (mkldnn::_linear_pointwise, the op behind torch.compile's CPU linear
 // fusions), or nullopt where PyTorch was built without it. Its ReLU post-op is not used: it turns
@@ -120,7 +123,9 @@ void linear_act_cpu_out(
 at::Tensor linear_relu_cpu_2d(
     const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b, std::optional<RowsEpilogue> epilogue) {
   const int64_t rows = x2d.size(0), out_features = w.size(0);
-  if (x2d.scalar_type() == at::kFloat && x2d.size(1) >= kMinOnednnInFeatures && rows > 0 && out_features > 0) {
+  const int64_t in_features = x2d.size(1);
+  if (x2d.scalar_type() == at::kFloat && in_features >= kMinOnednnInFeatures &&
+      rows * in_features * out_features >= kMinOnednnMacs) {
     if (std::optional<at::Tensor> out = onednn_linear(x2d, w, b)) {
       // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
       at::parallel_for(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {

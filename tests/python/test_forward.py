@@ -99,7 +99,7 @@ def test_empty_batch_and_zero_features(device):
     assert torch.ops.hypatia.fused_linear_relu(torch.randn(0, 8, device=device), w, b).shape == (0, 3)
     assert torch.ops.hypatia.fused_linear_relu(torch.randn(2, 0, 8, device=device), w, b).shape == (2, 0, 3)
     assert torch.ops.hypatia.fused_mlp(torch.randn(0, 8, device=device), [w], [b], True).shape == (0, 3)
-    # out_features == 0, also where in_features makes the layer compute-bound (CPU: the oneDNN path).
+    # out_features == 0, with few and with many in_features.
     for in_f in (8, 300):
         x, w0 = torch.randn(4, in_f, device=device), torch.randn(0, in_f, device=device)
         assert torch.ops.hypatia.fused_linear_relu(x, w0, torch.randn(0, device=device)).shape == (4, 0)
@@ -128,9 +128,10 @@ def test_nan_and_inf_propagate_as_in_eager(device):
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_compute_bound_layer_keeps_eager_semantics(device, bias):
-    # in_features >= 256 in float32: on CPU one oneDNN inner product over all rows, then ReLU.
+    # in_features >= 256 and >= 2^27 multiply-adds in float32: on CPU one oneDNN inner product over
+    # all rows, then ReLU.
     torch.manual_seed(5)
-    x = torch.randn(300, 3, 40, device=device).transpose(0, 2)  # [40, 3, 300], not contiguous
+    x = torch.randn(300, 3, 1000, device=device).transpose(0, 2)  # [1000, 3, 300], not contiguous
     x[1, 2, 7] = float("nan")
     x[3, 0, 0] = float("inf")
     x[5, 1, 9] = -float("inf")
@@ -139,11 +140,23 @@ def test_compute_bound_layer_keeps_eager_semantics(device, bias):
     assert not x.is_contiguous() and not w.is_contiguous()
     out = torch.ops.hypatia.fused_linear_relu(x, w, b)
     ref = F.relu(F.linear(x, w, b))
-    assert out.shape == (40, 3, 520) and out.is_contiguous()
+    assert out.shape == (1000, 3, 520) and out.is_contiguous()
     assert torch.equal(out.isnan(), ref.isnan()) and out[1, 2].isnan().all()
     torch.testing.assert_close(out, ref, equal_nan=True)
     finite = torch.isfinite(ref).all(-1)
     assert rel_error(out[finite], reference_linear_relu(x, w, b)[finite]) < 1e-5
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
+@pytest.mark.parametrize("mkn, onednn", [((3000, 300, 520), True), ((256, 256, 512), False), ((4096, 64, 4096), False)])
+def test_cpu_float32_layer_takes_onednn_where_compute_bound(mkn, onednn):
+    """One oneDNN inner product from 256 in_features and 2^27 multiply-adds; MKL by row blocks below."""
+    m, k, n = mkn
+    x, (w, b) = torch.randn(m, k), layer(k, n, torch.float32, "cpu")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    assert ("mkldnn::_linear_pointwise" in {e.name for e in prof.events()}) == onednn
+    assert rel_error(out, reference_linear_relu(x, w, b)) < TOLERANCE[torch.float32]
 
 
 def test_output_is_new_memory(device):
