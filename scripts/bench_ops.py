@@ -351,6 +351,30 @@ def time_calls(call, n_sets: int, device: str, budget: Budget, per_call_s: float
     return statistics.median(times), reps
 
 
+def time_interleaved(timed: dict, n_sets: int, budget: Budget, rounds: int = 5) -> dict:
+    """CPU: median ms and reps of each competitor's calls, timed in rounds that take turns (A's
+    calls, B's, ..., then A's again), so that a slow spell of a shared machine falls on every
+    competitor alike instead of on whichever ran then."""
+    plan = {}
+    for name, (call, per_call_s) in timed.items():
+        if per_call_s is None or per_call_s < 0.25:
+            t0 = time.perf_counter()
+            for i in range(budget.warmup):
+                call(i % n_sets)
+            per_call_s = (time.perf_counter() - t0) / max(budget.warmup, 1)
+        plan[name] = budget.reps(per_call_s)
+    times = {name: [] for name in timed}
+    for r in range(min(rounds, max(plan.values()))):
+        for name, (call, _) in timed.items():
+            n = plan[name] * (r + 1) // rounds - plan[name] * r // rounds if plan[name] >= rounds else int(r < plan[name])
+            for _ in range(n):
+                i = len(times[name])
+                t = time.perf_counter()
+                call(i % n_sets)
+                times[name].append((time.perf_counter() - t) * 1e3)
+    return {name: (statistics.median(ts), len(ts)) for name, ts in times.items()}
+
+
 def measure_ceilings(device: str, dtypes: list[str], quick: bool, threads) -> dict:
     """Copy bandwidth (bytes read + written) and GEMM rate per dtype, measured here."""
     budget = Budget(0, 3, 3, 1) if quick else Budget(0, 10 if device == "cuda" else 3, 20, 2)
@@ -572,6 +596,7 @@ class Runner:
         device = self.device
         row["input_sets"] = len(sets)
         estimates = {}  # CPU: seconds a call, from a slice of rows
+        timed = {}  # CPU: name -> (call, seconds of a call already made, or None)
         for name in competitors(case, device, mode, self.args.skip):
             try:
                 if name == "eager":
@@ -623,6 +648,9 @@ class Runner:
                 # a long first call on the CPU is warm-up enough; not on CUDA (handles, autotuning),
                 # nor for compile or TorchScript, whose profiling executor optimises on later calls
                 known = first_s if device == "cpu" and name not in ("compile", "jit") else None
+                if device == "cpu":
+                    timed[name] = (call, known)  # timed below, all competitors interleaved
+                    continue
                 row["ms"][name], row["reps"][name] = time_calls(call, len(sets), device, self.budget, known)
                 if measure_memory:
                     self.peak_memory(row, name, lambda: call(0))
@@ -637,6 +665,12 @@ class Runner:
                     self.fail(row, case, mode, f"{name} raised {why}")
                 else:
                     row["skipped"][name] = why
+        if timed:
+            for name, (ms, reps) in time_interleaved(timed, len(sets), self.budget).items():
+                row["ms"][name], row["reps"][name] = ms, reps
+            if measure_memory:
+                for name, (call, _) in timed.items():
+                    self.peak_memory(row, name, lambda: call(0))
         summarize(row)
 
     def fail(self, row: dict, case: Case, mode: str, what: str):
@@ -701,7 +735,7 @@ def metadata(args, threads_list, ceilings, baseline_note) -> dict:
         "quick": args.quick, "seed": args.seed, "max_call_s": args.max_call_s, "skip": args.skip,
         "inductor_fx_graph_cache": bool(torch._inductor.config.fx_graph_cache),
         "timing": ("CUDA events around each call, calls back to back, median" if args.device == "cuda"
-                   else "time.perf_counter around each call, median"),
+                   else "time.perf_counter around each call, median; competitors timed in 5 interleaved rounds"),
         "memory": ("torch.cuda.max_memory_allocated above the level before one call" if args.device == "cuda"
                    else "peak RSS (VmHWM after clear_refs) above the level before one call"),
         "baseline": baseline_note,
