@@ -2,7 +2,8 @@
 // through every layer while it is in cache (ReLU mask, weight-gradient and bias-sum partials, input
 // gradient), where the per-layer backward makes some seven passes over memory per layer. Each task
 // sums its weight and bias gradients in its own buffers, added up in a fixed order at the end
-// (deterministic). Wider layers, compute-bound, keep the per-layer backward.
+// (deterministic). Wider float32 layers, compute-bound, keep the per-layer backward; half precision
+// without native GEMMs takes blocks at every width, computed in float32.
 #include "ops/checks.h"
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/relu_bits.h"
@@ -19,12 +20,16 @@
 namespace hypatia::ops {
 namespace {
 
-// Widest layer taken by blocks: above it the GEMMs are compute-bound, and the per-layer backward
-// over all rows is as fast as they get without per-task weight-gradient buffers.
+// Widest float32/float64 layer taken by blocks: above it the GEMMs are compute-bound, and the
+// per-layer backward over all rows is as fast as they get without per-task weight-gradient buffers.
+// Half precision without native GEMMs takes blocks at any width: they compute in float32, where
+// the per-layer backward would run oneDNN's ~10x slower emulation.
 constexpr int64_t kMaxBlockedWidth = 256;
 // One block's widest gradient, about a quarter of one core's L2: the two gradient buffers, the
-// saved output (or mask) and the layer input of the block all stay in cache.
+// saved output (or mask) and the layer input of the block all stay in cache ...
 constexpr int64_t kBlockGradBytes = 256 * 1024;
+// ... but no fewer rows than this, the depth of each block's weight-gradient GEMM.
+constexpr int64_t kMinBackwardBlockRows = 256;
 
 // One layer going back. Its ReLU mask (where linear.relu) comes from the saved post-ReLU output
 // [rows, N] or from its bits [rows, row_bytes].
@@ -42,20 +47,23 @@ struct Grads {
   std::vector<at::Tensor> biases;    // per layer; undefined where not asked for or without a bias
 };
 
-// Narrow enough, and in a dtype the blocks compute in (half precision only where it is widened).
+// Whether the backward takes blocks (above): narrow layers, or half precision computed in float32.
 bool blocks_pay(const std::vector<BackLayer>& layers, at::ScalarType dtype) {
+  if (at::isReducedFloatingType(dtype)) {
+    return layers.front().linear.widened;
+  }
   int64_t widest = layers.front().input.size(1);
   for (const BackLayer& l : layers) {
     widest = std::max(widest, l.linear.weight_t.size(1));
   }
-  return widest <= kMaxBlockedWidth && (!at::isReducedFloatingType(dtype) || layers.front().linear.widened);
+  return widest <= kMaxBlockedWidth;
 }
 
-// grad = out <= 0 ? 0 : grad, as eager's ReLU backward (threshold_backward) on the saved output.
+// dst = out <= 0 ? 0 : grad, as eager's ReLU backward (threshold_backward) on the saved output.
 template <typename T, typename G>
-void mask_by_output(const T* out, G* grad, int64_t count) {
+void mask_by_output(const T* out, const G* grad, G* dst, int64_t count) {
   for (int64_t j = 0; j < count; ++j) {
-    grad[j] = static_cast<at::opmath_type<T>>(out[j]) <= 0 ? G(0) : grad[j];
+    dst[j] = static_cast<at::opmath_type<T>>(out[j]) <= 0 ? G(0) : grad[j];
   }
 }
 
@@ -76,7 +84,7 @@ Grads blocked_backward(
   if (input_grad) {
     grads.input = at::empty(x.sizes(), x.options());
   }
-  const int64_t block = std::max<int64_t>(64, kBlockGradBytes / (widest * c10::elementSize(compute.dtype().toScalarType())));
+  const int64_t block = std::max<int64_t>(kMinBackwardBlockRows, kBlockGradBytes / (widest * c10::elementSize(compute.dtype().toScalarType())));
   const int64_t blocks = (rows + block - 1) / block;
   const int64_t n_tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
   // Per task: every layer's weight gradient, then every layer's bias gradient, in the compute dtype.
@@ -98,26 +106,42 @@ Grads blocked_backward(
       for (int64_t b = blocks * t / n_tasks; b < blocks * (t + 1) / n_tasks; ++b) {
         const int64_t r = b * block, n = std::min(block, rows - r);
         auto buffer = [&](int which, int64_t cols) { return buffers[which].narrow(0, 0, n * cols).view({n, cols}); };
-        at::Tensor grad = buffer(0, grad_out.size(1));
-        grad.copy_(grad_out.narrow(0, r, n));
+        // The gradient at the current layer's output, in the compute dtype: grad_out's rows as
+        // they are where that is possible, else in buffer `in_buffer` (the other one is free).
+        at::Tensor grad = grad_out.narrow(0, r, n);
+        int in_buffer = -1;
+        auto into_buffer = [&](int64_t cols) {
+          in_buffer = in_buffer == 0 ? 1 : 0;
+          return buffer(in_buffer, cols);
+        };
+        if (grad.scalar_type() != compute.dtype()) {
+          grad = into_buffer(grad.size(1)).copy_(grad);
+        }
         for (size_t i = depth; i-- > 0;) {
           const BackLayer& layer = layers[i];
           const int64_t cols = layer.linear.weight_t.size(1);
-          if (layer.relu_output.defined()) {
-            AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "blocked_backward_cpu", [&] {
-              using G = at::opmath_type<scalar_t>;
-              mask_by_output(layer.relu_output.const_data_ptr<scalar_t>() + r * cols, grad.mutable_data_ptr<G>(), n * cols);
-            });
-          } else if (layer.relu_bits.defined()) {
-            AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "blocked_backward_cpu", [&] {
-              using U = Bits<scalar_t>;
-              const int64_t row_bytes = layer.relu_bits.size(1);
-              const uint8_t* bits = layer.relu_bits.const_data_ptr<uint8_t>() + r * row_bytes;
-              U* g = static_cast<U*>(grad.mutable_data_ptr());
-              for (int64_t row = 0; row < n; ++row) {
-                apply_relu_bits(bits + row * row_bytes, g + row * cols, g + row * cols, cols);
-              }
-            });
+          if (layer.relu_output.defined() || layer.relu_bits.defined()) {
+            // Masked in place once the gradient is in a buffer; grad_out's rows are masked into one.
+            const at::Tensor masked = in_buffer < 0 ? into_buffer(cols) : grad;
+            if (layer.relu_output.defined()) {
+              AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "blocked_backward_cpu", [&] {
+                using G = at::opmath_type<scalar_t>;
+                mask_by_output(layer.relu_output.const_data_ptr<scalar_t>() + r * cols, grad.const_data_ptr<G>(),
+                               masked.mutable_data_ptr<G>(), n * cols);
+              });
+            } else {
+              AT_DISPATCH_FLOATING_TYPES(compute.dtype().toScalarType(), "blocked_backward_cpu", [&] {
+                using U = Bits<scalar_t>;
+                const int64_t row_bytes = layer.relu_bits.size(1);
+                const uint8_t* bits = layer.relu_bits.const_data_ptr<uint8_t>() + r * row_bytes;
+                const U* src = static_cast<const U*>(grad.const_data_ptr());
+                U* dst = static_cast<U*>(masked.mutable_data_ptr());
+                for (int64_t row = 0; row < n; ++row) {
+                  apply_relu_bits(bits + row * row_bytes, src + row * cols, dst + row * cols, cols);
+                }
+              });
+            }
+            grad = masked;
           }
           if (sums[i].defined()) {
             sums[i].addmm_(grad.t(), layer.input.narrow(0, r, n).to(compute.dtype()));
@@ -128,8 +152,14 @@ Grads blocked_backward(
           if (i == 0 && !input_grad) {
             break;
           }
-          at::Tensor next = buffer(1 - (depth - 1 - i) % 2, layer.linear.weight_t.size(0));
-          at::mm_out(next, grad, layer.linear.weight_t.t());
+          const at::Tensor w = layer.linear.weight_t.t();
+          if (i == 0 && !layer.linear.widened) {
+            at::Tensor dst = grads.input.narrow(0, r, n);
+            at::mm_out(dst, grad, w);
+            break;
+          }
+          at::Tensor next = into_buffer(w.size(1));
+          at::mm_out(next, grad, w);
           if (i == 0) {
             grads.input.narrow(0, r, n).copy_(next);
           } else if (layer.linear.widened) {

@@ -1,6 +1,6 @@
 """fused_mlp's training path on every device: the training forward's saved outputs and the gradients
 of _fused_mlp_backward (CUDA: the narrow kernels or the per-layer path; CPU: blocks of rows through
-every layer, or the per-layer path for wide layers), against float64 with eager's rounding and
+every layer, except wide float32/float64 layers, which take the per-layer path), against float64 with eager's rounding and
 masks, and against eager autograd; the gradients asked for only; NaN; zero rows; opcheck."""
 import pytest
 import torch
@@ -43,8 +43,8 @@ def random(shape, dtype, device):
 
 
 # 5000 rows: several blocks of rows and a short last one in the CPU kernel, split over two tasks
-# when two threads run. The widths: narrow (both devices' narrow kernels), and 300 wide (the
-# per-layer path on both).
+# when two threads run. The widths: narrow (both devices' narrow kernels), and 300 wide (CUDA and
+# CPU float32/float64: the per-layer path; CPU half precision: blocks, at any width).
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [1, 33, 5000, 65536])
 @pytest.mark.parametrize("widths", [[64, 64, 64], [64] * 9, [32, 128, 16], [16, 16], [64, 300, 64]])

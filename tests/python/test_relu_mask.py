@@ -1,7 +1,7 @@
 """fused_linear_relu's training path on every device: the forward's ReLU mask as bits (set exactly
 where eager relu's backward passes the gradient, NaN included), the backward through them
-(_fused_linear_relu_backward: on the CPU by blocks of rows for layers up to 256 wide, else per
-layer), their checks and opcheck."""
+(_fused_linear_relu_backward: on the CPU by blocks of rows for layers up to 256 wide and for half
+precision at any width, else per layer), their checks and opcheck."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -55,7 +55,7 @@ def test_backward_through_the_mask_bits_matches_eager(device, dtype):
 
 
 # Narrow layers (the CPU's blocks of rows: 5000 rows are several blocks over two tasks) and a wide
-# one (per-layer backward); 3-D input, 0 rows.
+# one (per-layer backward in float32/float64, blocks in half precision); 3-D input, 0 rows.
 @pytest.mark.parametrize("shape", [(5000, 64, 64), (5000, 200, 7), (2, 700, 100, 256), (300, 64, 300), (0, 64, 64)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_backward_op_matches_eager_in_float64(device, dtype, shape):
