@@ -47,16 +47,18 @@ struct Grads {
   std::vector<at::Tensor> biases;    // per layer; undefined where not asked for or without a bias
 };
 
+// The widest activation of layers `weights` taking `in_features`: what a block's buffers hold.
+int64_t widest_width(int64_t in_features, at::TensorList weights) {
+  int64_t widest = in_features;
+  for (const at::Tensor& w : weights) {
+    widest = std::max(widest, w.size(0));
+  }
+  return widest;
+}
+
 // Whether the backward takes blocks (above): narrow layers, or half precision computed in float32.
-bool blocks_pay(const std::vector<BackLayer>& layers, at::ScalarType dtype) {
-  if (at::isReducedFloatingType(dtype)) {
-    return layers.front().linear.widened;
-  }
-  int64_t widest = layers.front().input.size(1);
-  for (const BackLayer& l : layers) {
-    widest = std::max(widest, l.linear.weight_t.size(1));
-  }
-  return widest <= kMaxBlockedWidth;
+bool blocks_pay(at::ScalarType dtype, int64_t widest) {
+  return at::isReducedFloatingType(dtype) ? computes_widened(dtype) : widest <= kMaxBlockedWidth;
 }
 
 // dst = out <= 0 ? 0 : grad, as eager's ReLU backward (threshold_backward) on the saved output.
@@ -70,24 +72,22 @@ void mask_by_output(const T* out, const G* grad, G* dst, int64_t count) {
   }
 }
 
-// Gradients of layers[0..L) (layer i + 1's input is layer i's output) from grad_out [rows, N_last].
+// Gradients of layers[0..L) (layer i + 1's input is layer i's output) from grad_out [rows, N_last];
+// `widest` is widest_width of the layers.
 Grads blocked_backward(
-    const at::Tensor& grad_out, const std::vector<BackLayer>& layers, bool input_grad, bool weights_grad,
-    bool biases_grad) {
+    const at::Tensor& grad_out, const std::vector<BackLayer>& layers, int64_t widest, bool input_grad,
+    bool weights_grad, bool biases_grad) {
   const at::Tensor& x = layers.front().input;
   const at::ScalarType dtype = x.scalar_type();
   const at::TensorOptions compute = x.options().dtype(layers.front().linear.weight_t.scalar_type());
   const int64_t rows = x.size(0);
   const size_t depth = layers.size();
-  int64_t widest = x.size(1);
-  for (const BackLayer& l : layers) {
-    widest = std::max(widest, l.linear.weight_t.size(1));
-  }
   Grads grads;
   if (input_grad) {
     grads.input = at::empty(x.sizes(), x.options());
   }
-  const int64_t block = std::max<int64_t>(kMinBackwardBlockRows, kBlockGradBytes / (widest * c10::elementSize(compute.dtype().toScalarType())));
+  const int64_t element_size = c10::elementSize(compute.dtype().toScalarType());
+  const int64_t block = std::max<int64_t>(kMinBackwardBlockRows, kBlockGradBytes / (widest * element_size));
   const int64_t blocks = (rows + block - 1) / block;
   const int64_t n_tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
   // Per task: every layer's weight gradient, then every layer's bias gradient, in the compute dtype.
@@ -203,6 +203,10 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
     bool input_grad,
     bool params_grad) {
   check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
+  const int64_t widest = widest_width(input.size(-1), weights);
+  if (!blocks_pay(input.scalar_type(), widest)) {
+    return fused_mlp_backward_aten(grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+  }
   const int64_t rows = batch_rows(input);
   auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}).contiguous(); };
   std::vector<BackLayer> layers(weights.size());
@@ -213,10 +217,7 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
     layers[i].relu_output = relu ? as_2d(saved_outputs[i]) : at::Tensor();
     layers[i].has_bias = has_bias.get(i);
   }
-  if (!blocks_pay(layers, input.scalar_type())) {
-    return fused_mlp_backward_aten(grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
-  }
-  const Grads g = blocked_backward(as_2d(grad_out), layers, input_grad, params_grad, params_grad);
+  const Grads g = blocked_backward(as_2d(grad_out), layers, widest, input_grad, params_grad, params_grad);
   std::vector<at::Tensor> grads;
   for (const at::Tensor& w : g.weights) {
     if (w.defined()) {
@@ -243,18 +244,19 @@ std::vector<at::Tensor> fused_linear_relu_backward_cpu(
     bool weight_grad,
     bool bias_grad) {
   check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
+  const int64_t widest = widest_width(input.size(-1), weight);
+  if (!blocks_pay(input.scalar_type(), widest)) {
+    return fused_linear_relu_backward_with(
+        relu_mask_backward_cpu, grad_out, input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+  }
   const int64_t rows = batch_rows(input);
   std::vector<BackLayer> layers(1);
   layers[0].linear = prepare_cpu_layer(weight, std::nullopt, /*relu=*/true);
   layers[0].input = input.reshape({rows, input.size(-1)}).contiguous();
   layers[0].relu_bits = relu_mask.contiguous();
   layers[0].has_bias = bias_grad;
-  if (!blocks_pay(layers, input.scalar_type())) {
-    return fused_linear_relu_backward_with(
-        relu_mask_backward_cpu, grad_out, input, weight, relu_mask, input_grad, weight_grad, bias_grad);
-  }
   const Grads g = blocked_backward(
-      grad_out.reshape({rows, weight.size(0)}).contiguous(), layers, input_grad, weight_grad, bias_grad);
+      grad_out.reshape({rows, weight.size(0)}).contiguous(), layers, widest, input_grad, weight_grad, bias_grad);
   std::vector<at::Tensor> grads;
   if (input_grad) {
     grads.push_back(g.input.view(input.sizes()));

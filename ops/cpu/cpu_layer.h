@@ -14,6 +14,10 @@ struct CpuLayer {
   bool relu = false;
 };
 
+// Whether layers of this dtype are computed in float32 here: half precision where oneDNN has no
+// native GEMM for it and would emulate one ~10x slower than float32.
+bool computes_widened(at::ScalarType dtype);
+
 CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu);
 
 // out_rows = act(x_rows @ layer.weight_t + bias), out_rows in x_rows' dtype.

@@ -57,12 +57,15 @@ std::optional<at::Tensor> onednn_linear(const at::Tensor& x2d, const at::Tensor&
 
 }  // namespace
 
+bool computes_widened(at::ScalarType dtype) {
+  return at::isReducedFloatingType(dtype) && !native_half_gemm(dtype);
+}
+
 CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu) {
   CpuLayer layer;
   layer.relu = relu;
-  // Without native support oneDNN emulates bf16/fp16 GEMMs ~10x slower than fp32 ones, so such
-  // layers run in fp32: the same fp32 accumulation, one rounding when the block is stored.
-  layer.widened = at::isReducedFloatingType(w.scalar_type()) && !native_half_gemm(w.scalar_type());
+  // Widened layers keep the fp32 accumulation and round once, when the block is stored.
+  layer.widened = computes_widened(w.scalar_type());
   const bool has_bias = b.has_value() && b->defined();
   if (layer.widened) {
     layer.weight_t = w.to(at::kFloat).t();
