@@ -1,7 +1,7 @@
 // Autograd for fused_linear_relu: the forward saves input, weight and the ReLU mask (not the
 // output) at 1 bit per element (_fused_linear_relu_masked). The backward is dgrad / wgrad /
-// bias-sum on the masked gradient, one op (_fused_linear_relu_backward); under create_graph it uses
-// differentiable ATen ops only, so double backward works too.
+// bias-sum on the masked gradient, one op (_fused_linear_relu_backward); under create_graph the same
+// composition from differentiable ATen ops only, so double backward works too.
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
@@ -16,25 +16,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Under create_graph: the same gradients from differentiable ATen ops (the mask is applied with
-// masked_fill), so that double backward works.
-variable_list differentiable_backward(
-    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& relu_mask,
-    bool input_grad, bool weight_grad, bool bias_grad) {
-  const at::Tensor blocked = op_calls::relu_mask_backward(at::ones_like(grad_out), relu_mask).eq(0);
-  const int64_t rows = ops::batch_rows(input);
-  const at::Tensor grad = grad_out.masked_fill(blocked, 0).reshape({rows, weight.size(0)});
-  at::Tensor grad_input, grad_weight, grad_bias;
-  if (input_grad) {
-    grad_input = grad.mm(weight).view(input.sizes());
-  }
-  if (weight_grad) {
-    grad_weight = grad.t().mm(input.reshape({rows, weight.size(1)}));
-  }
-  if (bias_grad) {
-    grad_bias = grad.sum(0);
-  }
-  return {grad_input, grad_weight, grad_bias};
+// Under create_graph: eager's ReLU backward from the mask, built from an op that autograd can
+// differentiate (masked_fill), so that the whole backward, and with it double backward, is.
+at::Tensor differentiable_mask_backward(const at::Tensor& grad, const at::Tensor& relu_mask) {
+  const at::Tensor blocked = op_calls::relu_mask_backward(at::ones_like(grad), relu_mask).eq(0);
+  return grad.masked_fill(blocked, 0);
 }
 
 class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
@@ -55,11 +41,13 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
     const at::Tensor& relu_mask = saved[2];
     const bool input_grad = ctx->needs_input_grad(0), weight_grad = ctx->needs_input_grad(1);
     const bool bias_grad = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
-    if (at::GradMode::is_enabled()) {
-      return differentiable_backward(grad_outputs[0], input, weight, relu_mask, input_grad, weight_grad, bias_grad);
-    }
-    const std::vector<at::Tensor> grads = op_calls::fused_linear_relu_backward(
-        grad_outputs[0], input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+    const std::vector<at::Tensor> grads =
+        at::GradMode::is_enabled()
+            ? ops::fused_linear_relu_backward_with(
+                  differentiable_mask_backward, grad_outputs[0], input, weight, relu_mask, input_grad, weight_grad,
+                  bias_grad)
+            : op_calls::fused_linear_relu_backward(
+                  grad_outputs[0], input, weight, relu_mask, input_grad, weight_grad, bias_grad);
     auto next = grads.begin();
     variable_list result(3);
     for (const auto& [slot, wanted] : {std::pair{0, input_grad}, std::pair{1, weight_grad}, std::pair{2, bias_grad}}) {
