@@ -322,18 +322,24 @@ class Budget:
         return max(self.min_reps, min(self.max_reps, int(self.target_s / max(per_call_s, 1e-7))))
 
 
-def time_calls(call, n_sets: int, device: str, budget: Budget, per_call_s: float | None = None) -> tuple[float, int]:
-    """Median ms of call(i) with i cycling over the input sets, after warm-up. `per_call_s`, the
-    time of a call already made, replaces the warm-up where that call took long enough.
-    CUDA: one pair of events around each call, calls issued back to back, so a call that is
-    bound by its host-side launch cost shows that cost."""
+def warm_up(call, n_sets: int, device: str, budget: Budget, per_call_s: float | None) -> float:
+    """Seconds a call: `per_call_s` where a call already made took long enough (it was the warm-up),
+    else the mean of budget.warmup calls made now."""
     if per_call_s is None or per_call_s < 0.25:
         t0 = time.perf_counter()
         for i in range(budget.warmup):
             call(i % n_sets)
         sync(device)
         per_call_s = (time.perf_counter() - t0) / max(budget.warmup, 1)
-    reps = budget.reps(per_call_s)
+    return per_call_s
+
+
+def time_calls(call, n_sets: int, device: str, budget: Budget, per_call_s: float | None = None) -> tuple[float, int]:
+    """Median ms of call(i) with i cycling over the input sets, after warm-up. `per_call_s`, the
+    time of a call already made, replaces the warm-up where that call took long enough.
+    CUDA: one pair of events around each call, calls issued back to back, so a call that is
+    bound by its host-side launch cost shows that cost."""
+    reps = budget.reps(warm_up(call, n_sets, device, budget, per_call_s))
     if device == "cuda":
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
         for i, (start, end) in enumerate(events):
@@ -355,19 +361,12 @@ def time_interleaved(timed: dict, n_sets: int, budget: Budget, rounds: int = 5) 
     """CPU: median ms and reps of each competitor's calls, timed in rounds that take turns (A's
     calls, B's, ..., then A's again), so that a slow spell of a shared machine falls on every
     competitor alike instead of on whichever ran then."""
-    plan = {}
-    for name, (call, per_call_s) in timed.items():
-        if per_call_s is None or per_call_s < 0.25:
-            t0 = time.perf_counter()
-            for i in range(budget.warmup):
-                call(i % n_sets)
-            per_call_s = (time.perf_counter() - t0) / max(budget.warmup, 1)
-        plan[name] = budget.reps(per_call_s)
+    plan = {name: budget.reps(warm_up(call, n_sets, "cpu", budget, per_call_s))
+            for name, (call, per_call_s) in timed.items()}
     times = {name: [] for name in timed}
-    for r in range(min(rounds, max(plan.values()))):
+    for r in range(rounds):
         for name, (call, _) in timed.items():
-            n = plan[name] * (r + 1) // rounds - plan[name] * r // rounds if plan[name] >= rounds else int(r < plan[name])
-            for _ in range(n):
+            for _ in range(plan[name] * (r + 1) // rounds - plan[name] * r // rounds):  # plan[name] in all
                 i = len(times[name])
                 t = time.perf_counter()
                 call(i % n_sets)
