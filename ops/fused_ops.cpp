@@ -5,6 +5,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/threshold_backward.h>
 
+#include <tuple>
+
 namespace hypatia::ops {
 
 // A product of sizes rather than numel / K, which is undefined when K == 0.
@@ -67,8 +69,13 @@ std::vector<at::Tensor> run_mlp_with(
   return outputs;
 }
 
+std::pair<at::Tensor, at::Tensor> weight_grads_aten(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  return {grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
+}
+
 std::vector<at::Tensor> fused_linear_relu_backward_with(
     ReluMaskBackward mask_backward,
+    WeightGrads weight_grads,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -84,15 +91,19 @@ std::vector<at::Tensor> fused_linear_relu_backward_with(
     grads.push_back(grad.mm(weight).view(input.sizes()));
   }
   if (weight_grad) {
-    grads.push_back(grad.t().mm(input.reshape({rows, weight.size(1)})));
-  }
-  if (bias_grad) {
+    auto [grad_weight, grad_bias] = weight_grads(grad, input.reshape({rows, weight.size(1)}), bias_grad);
+    grads.push_back(grad_weight);
+    if (bias_grad) {
+      grads.push_back(grad_bias);
+    }
+  } else if (bias_grad) {
     grads.push_back(grad.sum(0));
   }
   return grads;
 }
 
-std::vector<at::Tensor> fused_mlp_backward_aten(
+std::vector<at::Tensor> fused_mlp_backward_with(
+    WeightGrads weight_grads,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     at::TensorList weights,
@@ -112,10 +123,8 @@ std::vector<at::Tensor> fused_mlp_backward_aten(
       grad = at::threshold_backward(grad, as_2d(saved_outputs[i]), 0);  // eager's ReLU backward
     }
     if (params_grad) {
-      grad_weights[i] = grad.t().mm(i == 0 ? as_2d(input) : as_2d(saved_outputs[i - 1]));
-      if (has_bias.get(i)) {
-        grad_biases[i] = grad.sum(0);
-      }
+      std::tie(grad_weights[i], grad_biases[i]) =
+          weight_grads(grad, as_2d(i == 0 ? input : saved_outputs[i - 1]), has_bias.get(i));
     }
     if (i > 0 || input_grad) {
       grad = grad.mm(weights[i]);

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace hypatia::ops {
@@ -41,11 +42,23 @@ std::vector<at::Tensor> run_mlp_with(
     bool relu_last,
     bool keep_hidden);
 
+// A layer's weight gradient grad2d.t() @ h2d and, when bias_grad, its bias gradient grad2d.sum(0)
+// (else undefined), from the gradient w.r.t. its output [M, N] and its input [M, K].
+using WeightGrads =
+    std::pair<at::Tensor, at::Tensor> (*)(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+// In ATen ops, so differentiable.
+std::pair<at::Tensor, at::Tensor> weight_grads_aten(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+#ifdef HYPATIA_WITH_CUDA
+// One cuBLASLt GEMM whose BGRADB epilogue also sums the bias gradient, where that is the fastest.
+std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+#endif
+
 // fused_mlp's backward from what its training forward saved: the input, the weights and the
 // outputs of every layer that a ReLU follows (layers 0..L-2, and L-1 too when relu_last). Returns
 // [grad_weights..., grad_biases (of layers with has_bias)...] when params_grad, then grad_input
-// when input_grad. Device-generic (ATen ops): eager's ReLU backward, wgrad, bias sum, dgrad per layer.
-std::vector<at::Tensor> fused_mlp_backward_aten(
+// when input_grad. Device-generic: per layer eager's ReLU backward, `weight_grads` and the dgrad GEMM.
+std::vector<at::Tensor> fused_mlp_backward_with(
+    WeightGrads weight_grads,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     at::TensorList weights,
@@ -60,9 +73,10 @@ using ReluMaskBackward = at::Tensor (*)(const at::Tensor& grad, const at::Tensor
 
 // fused_linear_relu's backward from its saved input, weight and ReLU mask bits: grad_input when
 // input_grad, then grad_weight when weight_grad, then grad_bias when bias_grad. Device-generic:
-// `mask_backward`, then the dgrad and wgrad GEMMs and the bias sum in ATen.
+// `mask_backward`, the dgrad GEMM and `weight_grads` (the bias sum alone where no weight gradient is asked for).
 std::vector<at::Tensor> fused_linear_relu_backward_with(
     ReluMaskBackward mask_backward,
+    WeightGrads weight_grads,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -78,7 +92,7 @@ at::Tensor fused_mlp_cpu(
 std::vector<at::Tensor> fused_mlp_forward_cpu(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 // _fused_mlp_backward on the CPU: narrow MLPs block by block through every layer (in cache),
-// wider ones and native half-precision GEMMs by fused_mlp_backward_aten.
+// wider ones and native half-precision GEMMs by fused_mlp_backward_with.
 std::vector<at::Tensor> fused_mlp_backward_cpu(
     const at::Tensor& grad_out,
     const at::Tensor& input,
@@ -137,7 +151,7 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
 bool narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     at::TensorList outputs);
-// fused_mlp_backward_aten's result (2-D grad_input) from two kernels: the ReLU masks, dgrads and
+// fused_mlp_backward_with's result (2-D grad_input) from two kernels: the ReLU masks, dgrads and
 // bias sums of all layers, then all weight gradients; nullopt, doing nothing, on shapes it does not cover.
 std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     const at::Tensor& grad_out2d, const at::Tensor& input2d, at::TensorList weights, at::TensorList saved_outputs,

@@ -1,8 +1,12 @@
-// CUDA: act(x @ w.T + b) as one cuBLASLt matmul whose epilogue adds the bias and applies
-// the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends), on the current stream with PyTorch's
-// cuBLASLt handle and workspace. Per shape, the heuristic's top candidates and ATen's own
-// addmm + relu are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the
-// heuristic's first acceptable pick, untimed). Where cuBLASLt offers no algorithm, ATen's addmm + relu.
+// CUDA: the cuBLASLt matmuls with epilogues. Forward: act(x @ w.T + b) as one matmul whose
+// epilogue adds the bias and applies the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends). Weight
+// gradient: grad.T @ h, whose BGRADB epilogue also sums the bias gradient. On the current stream
+// with PyTorch's cuBLASLt handle and workspace. Per problem, the heuristic's top candidates and
+// ATen's own way to the same result are timed once and the fastest is cached
+// (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick, untimed). Where cuBLASLt
+// offers no algorithm, ATen's. Split-K partial sums stay in float32: cuBLASLt may otherwise add
+// them up in the half-precision output type (eager's default allows it), and a result rounded
+// twice flips ReLU masks near 0.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
 // torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem.
 #include "ops/fused_ops.h"
@@ -11,9 +15,11 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/relu.h>
+#include <ATen/ops/sum.h>
 #include <c10/util/Exception.h>
 
 #include <cublasLt.h>
@@ -21,12 +27,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace hypatia::ops {
 namespace {
@@ -98,32 +106,36 @@ void linear_act_aten(const at::Tensor& x, const at::Tensor& w, const OptionalTen
   }
 }
 
+// One matmul in cuBLAS's column-major terms: D [m x n] = op(A) op(B), the dot products k long,
+// with an epilogue. `bias` is read by the BIAS epilogues and written by BGRADB.
+struct LtMatmul {
+  cublasOperation_t trans_a, trans_b;
+  int64_t m, n, k;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* d;
+  int64_t ldd;
+  cublasLtEpilogue_t epilogue;
+  void* bias = nullptr;
+};
+
 // Everything that decides which algorithm is best: the problem, its numerics and its pointers'
 // alignment (cuBLASLt kernels differ by alignment), and the device.
-struct AlgoKey {
-  int device;
-  int64_t m, n, k;  // of out [m, n] = x [m, k] @ w.T
-  int dtype, compute, epilogue;
-  uint32_t align_a, align_b, align_c, align_bias;
-  bool operator==(const AlgoKey& o) const {
-    return std::tie(device, m, n, k, dtype, compute, epilogue, align_a, align_b, align_c, align_bias) ==
-        std::tie(o.device, o.m, o.n, o.k, o.dtype, o.compute, o.epilogue, o.align_a, o.align_b, o.align_c, o.align_bias);
-  }
-};
+using AlgoKey = std::array<int64_t, 16>;
 struct AlgoKeyHash {
   size_t operator()(const AlgoKey& key) const {
     size_t h = 0;
-    for (const int64_t v : {int64_t(key.device), key.m, key.n, key.k, int64_t(key.dtype), int64_t(key.compute),
-                            int64_t(key.epilogue), int64_t(key.align_a), int64_t(key.align_b), int64_t(key.align_c),
-                            int64_t(key.align_bias)}) {
+    for (const int64_t v : key) {
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     }
     return h;
   }
 };
 
-// The choice for one key: a cuBLASLt algorithm, or ATen's own path (cuBLAS GEMM then ReLU),
-// which on some shapes beats every algorithm cuBLASLt's heuristic offers.
+// The choice for one key: a cuBLASLt algorithm, or ATen's own path, which on some shapes beats
+// every algorithm cuBLASLt's heuristic offers.
 struct AlgoChoice {
   bool use_aten = false;
   cublasLtMatmulAlgo_t algo = {};
@@ -198,134 +210,165 @@ float time_ms(cudaStream_t stream, const Run& run) {
   return best;
 }
 
-// Runs the matmul through cuBLASLt with the algorithm chosen for its key; returns false when
-// ATen's path should run instead (chosen as faster, or cuBLASLt has no algorithm for it that
-// keeps NaN through the ReLU, or none is chosen yet and the stream is being captured).
-bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  const at::ScalarType dtype = x.scalar_type();
-  const cudaDataType_t type = cuda_dtype(dtype);
-  const bool is_double = dtype == at::kDouble;
-  const cublasComputeType_t compute = is_double ? CUBLAS_COMPUTE_64F
-      : (dtype == at::kFloat && at::globalContext().allowTF32CuBLAS()) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                        : CUBLAS_COMPUTE_32F;
-  const cudaDataType_t scale_type = is_double ? CUDA_R_64F : CUDA_R_32F;
-
-  // Row-major out[M,N] = x[M,K] @ w[N,K].T is, in cuBLAS's column-major terms, out^T[N,M] =
-  // op(A) B with A = w read as a K x N matrix and transposed, and B = x read as K x M.
-  cublasLtMatmulDesc_t raw_desc = nullptr;
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, scale_type));
-  MatmulDesc desc(raw_desc);
-  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-  const bool has_bias = b.has_value() && b->defined();
-  const cublasLtEpilogue_t epilogue = epilogue_for(has_bias, relu);
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  const void* bias_ptr = has_bias ? b->data_ptr() : nullptr;
-  if (has_bias) {
-    HYPATIA_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+// An LtMatmul's descriptors, ready to run with any algorithm.
+class LtPlan {
+ public:
+  LtPlan(const LtMatmul& p, at::ScalarType dtype, int device) : p_(p) {
+    const cudaDataType_t type = cuda_dtype(dtype);
+    is_double_ = dtype == at::kDouble;
+    const cublasComputeType_t compute = is_double_ ? CUBLAS_COMPUTE_64F
+        : (dtype == at::kFloat && at::globalContext().allowTF32CuBLAS()) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                          : CUBLAS_COMPUTE_32F;
+    cublasLtMatmulDesc_t raw_desc = nullptr;
+    HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, is_double_ ? CUDA_R_64F : CUDA_R_32F));
+    desc_.reset(raw_desc);
+    set_desc(CUBLASLT_MATMUL_DESC_TRANSA, p.trans_a);
+    set_desc(CUBLASLT_MATMUL_DESC_TRANSB, p.trans_b);
+    set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
+    if (p.bias != nullptr) {
+      set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    }
+    const bool a_n = p.trans_a == CUBLAS_OP_N, b_n = p.trans_b == CUBLAS_OP_N;
+    a_layout_ = make_layout(type, a_n ? p.m : p.k, a_n ? p.k : p.m, p.lda);
+    b_layout_ = make_layout(type, b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb);
+    d_layout_ = make_layout(type, p.m, p.n, p.ldd);
+    key_ = {device, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, int64_t(dtype), int64_t(compute),
+            p.epilogue, alignment(p.a), alignment(p.b), alignment(p.d), p.bias ? alignment(p.bias) : 0};
   }
 
-  const Layout a_layout = make_layout(type, K, N, K);
-  const Layout b_layout = make_layout(type, K, M, K);
-  const Layout c_layout = make_layout(type, N, M, N);
+  const AlgoKey& key() const { return key_; }
 
-  const AlgoKey key{x.get_device(), M, N, K, int(dtype), int(compute), int(epilogue),
-                    alignment(w.data_ptr()), alignment(x.data_ptr()), alignment(out.data_ptr()),
-                    has_bias ? alignment(bias_ptr) : 0};
-  cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  void* workspace = at::cuda::getCUDABlasLtWorkspace();
-  const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  const float alpha_f = 1.0f, beta_f = 0.0f;
-  const double alpha_d = 1.0, beta_d = 0.0;
-  const void* alpha = is_double ? static_cast<const void*>(&alpha_d) : &alpha_f;
-  const void* beta = is_double ? static_cast<const void*>(&beta_d) : &beta_f;
-  auto run_lt_on = [&](const cublasLtMatmulAlgo_t& algo, const at::Tensor& x_in, at::Tensor& out_to) {
-    return cublasLtMatmul(handle, desc.get(), alpha, w.data_ptr(), a_layout.get(), x_in.data_ptr(), b_layout.get(),
-                          beta, out_to.data_ptr(), c_layout.get(), out_to.data_ptr(), c_layout.get(), &algo, workspace,
-                          workspace_size, stream);
-  };
-  auto run_lt = [&](const cublasLtMatmulAlgo_t& algo) { return run_lt_on(algo, x, out); };
+  // With B and D replaced (the NaN probe's copies), or as planned.
+  cublasStatus_t run(const cublasLtMatmulAlgo_t& algo, const void* b, void* d) const {
+    const float alpha_f = 1.0f, beta_f = 0.0f;
+    const double alpha_d = 1.0, beta_d = 0.0;
+    const void* alpha = is_double_ ? static_cast<const void*>(&alpha_d) : &alpha_f;
+    const void* beta = is_double_ ? static_cast<const void*>(&beta_d) : &beta_f;
+    return cublasLtMatmul(
+        at::cuda::getCurrentCUDABlasLtHandle(), desc_.get(), alpha, p_.a, a_layout_.get(), b, b_layout_.get(), beta,
+        d, d_layout_.get(), d, d_layout_.get(), &algo, at::cuda::getCUDABlasLtWorkspace(),
+        at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
+  }
+  cublasStatus_t run(const cublasLtMatmulAlgo_t& algo) const { return run(algo, p_.b, p_.d); }
 
-  if (const std::optional<AlgoChoice> cached = algo_cache().find(key)) {
+  // Up to kCandidates algorithms from the heuristic, for these alignments and this workspace.
+  std::vector<cublasLtMatmulAlgo_t> candidates() const {
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+    Preference pref(raw_pref);
+    const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
+    HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_size, sizeof(workspace_size)));
+    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const uint32_t align_a = alignment(p_.a), align_b = alignment(p_.b), align_d = alignment(p_.d);
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> attributes[] = {
+        {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
+    for (const auto& [attribute, value] : attributes) {
+      HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &value, sizeof(value)));
+    }
+    cublasLtMatmulHeuristicResult_t heuristics[kCandidates] = {};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        at::cuda::getCurrentCUDABlasLtHandle(), desc_.get(), a_layout_.get(), b_layout_.get(), d_layout_.get(),
+        d_layout_.get(), pref.get(), kCandidates, heuristics, &found);
+    std::vector<cublasLtMatmulAlgo_t> algos;
+    for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
+      algos.push_back(heuristics[i].algo);
+    }
+    return algos;
+  }
+
+ private:
+  template <typename T>
+  void set_desc(cublasLtMatmulDescAttributes_t attribute, const T& value) {
+    HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), attribute, &value, sizeof(value)));
+  }
+
+  LtMatmul p_;
+  bool is_double_ = false;
+  MatmulDesc desc_;
+  Layout a_layout_, b_layout_, d_layout_;
+  AlgoKey key_;
+};
+
+// Runs `plan` with the algorithm chosen for its key: on first use, `aten` (ATen's way to the
+// same result) and each heuristic candidate that `acceptable` passes are timed, and the fastest
+// is cached. Returns false when `aten` should run instead: chosen as fastest, no candidate, or
+// none chosen yet while the stream is captured into a CUDA graph (whose capture forbids the
+// host syncs of probing and timing; the choice is made on a later, uncaptured call).
+template <typename Aten, typename Acceptable>
+bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& acceptable) {
+  if (const std::optional<AlgoChoice> cached = algo_cache().find(plan.key())) {
     if (cached->use_aten) {
       return false;
     }
-    HYPATIA_CUBLAS_CHECK(run_lt(cached->algo));
+    HYPATIA_CUBLAS_CHECK(plan.run(cached->algo));
     return true;
   }
-
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
-  Preference pref(raw_pref);
-  HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_size, sizeof(workspace_size)));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
-  for (const auto& [attribute, value] : alignments) {
-    HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &value, sizeof(value)));
-  }
-  cublasLtMatmulHeuristicResult_t heuristics[kCandidates] = {};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, desc.get(), a_layout.get(), b_layout.get(), c_layout.get(), c_layout.get(), pref.get(),
-      kCandidates, heuristics, &found);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-    algo_cache().insert(key, AlgoChoice{/*use_aten=*/true});
-    return false;
-  }
-
-  // Probing and timing need host syncs, which a stream being captured into a CUDA graph forbids:
-  // there, ATen's path (uncached); the choice is made on a later, uncaptured call.
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) {
     return false;
   }
-
-  // The NaN probe: this problem with a NaN in row 0 of x, whose output row must come out all NaN.
-  at::Tensor x_nan, out_nan;
-  if (relu) {
-    x_nan = x.clone();
-    x_nan.select(0, 0).select(0, 0).fill_(std::numeric_limits<double>::quiet_NaN());
-    out_nan = at::empty_like(out);
-  }
-  auto keeps_nan = [&](const cublasLtMatmulAlgo_t& algo) {
-    return !relu || (run_lt_on(algo, x_nan, out_nan) == CUBLAS_STATUS_SUCCESS && out_nan[0].isnan().all().item<bool>());
-  };
-
   AlgoChoice best{/*use_aten=*/true};
   float best_ms = !autotune_enabled() ? std::numeric_limits<float>::infinity() : time_ms(stream, [&] {
-    linear_act_aten(x, w, b, relu, out);
+    aten();
     return true;
   });
-  for (int i = 0; i < found; ++i) {
-    if (!keeps_nan(heuristics[i].algo)) {
+  for (const cublasLtMatmulAlgo_t& algo : plan.candidates()) {
+    if (!acceptable(algo)) {
       continue;
     }
     if (!autotune_enabled()) {  // the heuristic's first acceptable pick
-      best = AlgoChoice{/*use_aten=*/false, heuristics[i].algo};
+      best = AlgoChoice{/*use_aten=*/false, algo};
       break;
     }
-    const float ms = time_ms(stream, [&] { return run_lt(heuristics[i].algo) == CUBLAS_STATUS_SUCCESS; });
+    const float ms = time_ms(stream, [&] { return plan.run(algo) == CUBLAS_STATUS_SUCCESS; });
     if (ms < best_ms) {
       best_ms = ms;
-      best = AlgoChoice{/*use_aten=*/false, heuristics[i].algo};
+      best = AlgoChoice{/*use_aten=*/false, algo};
     }
   }
-  algo_cache().insert(key, best);
-  // The last timed run may have been another candidate: write the output with the winner.
+  algo_cache().insert(plan.key(), best);
+  // The last timed run may have been another candidate: write the result with the winner.
   if (best.use_aten) {
     return false;
   }
-  HYPATIA_CUBLAS_CHECK(run_lt(best.algo));
+  HYPATIA_CUBLAS_CHECK(plan.run(best.algo));
   return true;
+}
+
+// act(x @ w.T + b) through cuBLASLt; false where ATen's path should run instead (run_fastest).
+bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  const bool has_bias = b.has_value() && b->defined();
+  // Row-major out[M,N] = x[M,K] @ w[N,K].T is, in cuBLAS's column-major terms, out^T[N,M] =
+  // op(A) B with A = w read as a K x N matrix and transposed, and B = x read as K x M.
+  const LtPlan plan(
+      LtMatmul{CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w.data_ptr(), K, x.data_ptr(), K, out.data_ptr(), N,
+               epilogue_for(has_bias, relu), has_bias ? b->data_ptr() : nullptr},
+      x.scalar_type(), x.get_device());
+
+  // The NaN probe: this problem with a NaN in row 0 of x, whose output row must come out all NaN.
+  at::Tensor x_nan, out_nan;
+  auto keeps_nan = [&](const cublasLtMatmulAlgo_t& algo) {
+    if (!relu) {
+      return true;
+    }
+    if (!x_nan.defined()) {
+      x_nan = x.clone();
+      x_nan.select(0, 0).select(0, 0).fill_(std::numeric_limits<double>::quiet_NaN());
+      out_nan = at::empty_like(out);
+    }
+    return plan.run(algo, x_nan.data_ptr(), out_nan.data_ptr()) == CUBLAS_STATUS_SUCCESS &&
+        out_nan[0].isnan().all().item<bool>();
+  };
+  return run_fastest(plan, [&] { linear_act_aten(x, w, b, relu, out); }, keeps_nan);
 }
 
 }  // namespace
@@ -340,6 +383,35 @@ void linear_act_cuda_out(
     return;
   }
   linear_act_aten(x, w, b, relu, out);
+}
+
+std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  const at::Tensor g = grad2d.contiguous(), h = h2d.contiguous();
+  const int64_t M = g.size(0), N = g.size(1), K = h.size(1);
+  at::Tensor grad_weight = at::empty({N, K}, g.options());
+  at::Tensor grad_bias = bias_grad ? at::empty({N}, g.options()) : at::Tensor();
+  auto aten = [&] {
+    at::mm_out(grad_weight, g.t(), h);
+    if (bias_grad) {
+      at::sum_out(grad_bias, g, 0);
+    }
+  };
+  // Without a bias gradient there is nothing to fuse: ATen's GEMM. cuBLASLt needs a nonempty problem.
+  if (!bias_grad || M == 0 || N == 0 || K == 0) {
+    aten();
+    return {grad_weight, grad_bias};
+  }
+  // Row-major grad_weight[N,K] = g[M,N].T @ h[M,K] is, column-major, D[K x N] = A B^T with A = h
+  // read as K x M and B = g read as N x M; BGRADB sums B over the dot products' dimension (M),
+  // one per column of D: grad_bias[N].
+  const LtPlan plan(
+      LtMatmul{CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, h.data_ptr(), K, g.data_ptr(), N, grad_weight.data_ptr(), K,
+               CUBLASLT_EPILOGUE_BGRADB, grad_bias.data_ptr()},
+      g.scalar_type(), g.get_device());
+  if (!run_fastest(plan, aten, [](const cublasLtMatmulAlgo_t&) { return true; })) {
+    aten();
+  }
+  return {grad_weight, grad_bias};
 }
 
 }  // namespace hypatia::ops
