@@ -4,9 +4,8 @@
 // with PyTorch's cuBLASLt handle and workspace. Per problem, the heuristic's top candidates and
 // ATen's own way to the same result are timed once and the fastest is cached
 // (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick, untimed). Where cuBLASLt
-// offers no algorithm, ATen's. Split-K partial sums stay in float32: cuBLASLt may otherwise add
-// them up in the half-precision output type (eager's default allows it), and a result rounded
-// twice flips ReLU masks near 0.
+// offers no algorithm, ATen's. Split-K partial sums stay in float32 (cuBLASLt may otherwise add
+// them up in the half-precision output type, which eager's default allows): one rounding, at the end.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
 // torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem.
 #include "ops/fused_ops.h"
