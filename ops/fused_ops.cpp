@@ -86,20 +86,14 @@ std::vector<at::Tensor> fused_linear_relu_backward_with(
   check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
   const int64_t rows = batch_rows(input);
   const at::Tensor grad = mask_backward(grad_out, relu_mask).reshape({rows, weight.size(0)});
-  std::vector<at::Tensor> grads;
-  if (input_grad) {
-    grads.push_back(grad.mm(weight).view(input.sizes()));
-  }
+  const at::Tensor grad_input = input_grad ? grad.mm(weight).view(input.sizes()) : at::Tensor();
+  at::Tensor grad_weight, grad_bias;
   if (weight_grad) {
-    auto [grad_weight, grad_bias] = weight_grads(grad, input.reshape({rows, weight.size(1)}), bias_grad);
-    grads.push_back(grad_weight);
-    if (bias_grad) {
-      grads.push_back(grad_bias);
-    }
+    std::tie(grad_weight, grad_bias) = weight_grads(grad, input.reshape({rows, weight.size(1)}), bias_grad);
   } else if (bias_grad) {
-    grads.push_back(grad.sum(0));
+    grad_bias = grad.sum(0);
   }
-  return grads;
+  return defined_grads({grad_input, grad_weight, grad_bias});
 }
 
 std::vector<at::Tensor> fused_mlp_backward_with(
@@ -130,17 +124,17 @@ std::vector<at::Tensor> fused_mlp_backward_with(
       grad = grad.mm(weights[i]);
     }
   }
+  return defined_grads({grad_weights, grad_biases, input_grad ? grad.view(input.sizes()) : at::Tensor()});
+}
+
+std::vector<at::Tensor> defined_grads(std::initializer_list<at::TensorList> groups) {
   std::vector<at::Tensor> grads;
-  if (params_grad) {
-    grads = grad_weights;
-    for (size_t i = 0; i < layers; ++i) {
-      if (has_bias.get(i)) {
-        grads.push_back(grad_biases[i]);
+  for (const at::TensorList group : groups) {
+    for (const at::Tensor& g : group) {
+      if (g.defined()) {
+        grads.push_back(g);
       }
     }
-  }
-  if (input_grad) {
-    grads.push_back(grad.view(input.sizes()));
   }
   return grads;
 }

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/List.h>
 
+#include <initializer_list>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -67,6 +68,10 @@ std::vector<at::Tensor> fused_mlp_backward_with(
     bool relu_last,
     bool input_grad,
     bool params_grad);
+
+// A backward op's result: the defined gradients among `groups`, in order (undefined where not
+// asked for, or where a layer has no bias).
+std::vector<at::Tensor> defined_grads(std::initializer_list<at::TensorList> groups);
 
 // The gradient through a ReLU from its mask bits: a device's _relu_mask_backward kernel.
 using ReluMaskBackward = at::Tensor (*)(const at::Tensor& grad, const at::Tensor& mask);

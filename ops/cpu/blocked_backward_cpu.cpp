@@ -205,7 +205,8 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
   check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
   const int64_t widest = widest_width(input.size(-1), weights);
   if (!blocks_pay(input.scalar_type(), widest)) {
-    return fused_mlp_backward_with(weight_grads_aten, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+    return fused_mlp_backward_with(
+        weight_grads_aten, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
   }
   const int64_t rows = batch_rows(input);
   auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}).contiguous(); };
@@ -218,21 +219,7 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
     layers[i].has_bias = has_bias.get(i);
   }
   const Grads g = blocked_backward(as_2d(grad_out), layers, widest, input_grad, params_grad, params_grad);
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor& w : g.weights) {
-    if (w.defined()) {
-      grads.push_back(w);
-    }
-  }
-  for (const at::Tensor& b : g.biases) {
-    if (b.defined()) {
-      grads.push_back(b);
-    }
-  }
-  if (input_grad) {
-    grads.push_back(g.input.view(input.sizes()));
-  }
-  return grads;
+  return defined_grads({g.weights, g.biases, input_grad ? g.input.view(input.sizes()) : at::Tensor()});
 }
 
 std::vector<at::Tensor> fused_linear_relu_backward_cpu(
@@ -247,7 +234,8 @@ std::vector<at::Tensor> fused_linear_relu_backward_cpu(
   const int64_t widest = widest_width(input.size(-1), weight);
   if (!blocks_pay(input.scalar_type(), widest)) {
     return fused_linear_relu_backward_with(
-        relu_mask_backward_cpu, weight_grads_aten, grad_out, input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+        relu_mask_backward_cpu, weight_grads_aten, grad_out, input, weight, relu_mask, input_grad, weight_grad,
+        bias_grad);
   }
   const int64_t rows = batch_rows(input);
   std::vector<BackLayer> layers(1);
@@ -257,17 +245,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_cpu(
   layers[0].has_bias = bias_grad;
   const Grads g = blocked_backward(
       grad_out.reshape({rows, weight.size(0)}).contiguous(), layers, widest, input_grad, weight_grad, bias_grad);
-  std::vector<at::Tensor> grads;
-  if (input_grad) {
-    grads.push_back(g.input.view(input.sizes()));
-  }
-  if (weight_grad) {
-    grads.push_back(g.weights[0]);
-  }
-  if (bias_grad) {
-    grads.push_back(g.biases[0]);
-  }
-  return grads;
+  return defined_grads({input_grad ? g.input.view(input.sizes()) : at::Tensor(), g.weights[0], g.biases[0]});
 }
 
 }  // namespace hypatia::ops

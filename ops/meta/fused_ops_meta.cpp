@@ -34,17 +34,11 @@ std::vector<at::Tensor> fused_linear_relu_backward_meta(
     bool weight_grad,
     bool bias_grad) {
   check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
-  std::vector<at::Tensor> grads;
-  if (input_grad) {
-    grads.push_back(at::empty_symint(input.sym_sizes(), input.options()));
-  }
-  if (weight_grad) {
-    grads.push_back(at::empty_symint(weight.sym_sizes(), input.options()));
-  }
-  if (bias_grad) {
-    grads.push_back(at::empty_symint({weight.sym_size(0)}, input.options()));
-  }
-  return grads;
+  auto empty_if = [&](bool wanted, c10::SymIntArrayRef sizes) {
+    return wanted ? at::empty_symint(sizes, input.options()) : at::Tensor();
+  };
+  return defined_grads({empty_if(input_grad, input.sym_sizes()), empty_if(weight_grad, weight.sym_sizes()),
+                        empty_if(bias_grad, {weight.sym_size(0)})});
 }
 
 std::vector<at::Tensor> fused_mlp_forward_meta(
