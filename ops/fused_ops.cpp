@@ -69,13 +69,15 @@ std::vector<at::Tensor> run_mlp_with(
   return outputs;
 }
 
-std::pair<at::Tensor, at::Tensor> weight_grads_aten(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
-  return {grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
-}
+const BackwardGemms aten_gemms{
+    [](const at::Tensor& grad2d, const at::Tensor& w) { return grad2d.mm(w); },
+    [](const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+      return std::pair{grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
+    }};
 
 std::vector<at::Tensor> fused_linear_relu_backward_with(
     ReluMaskBackward mask_backward,
-    WeightGrads weight_grads,
+    const BackwardGemms& gemms,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     const at::Tensor& weight,
@@ -86,10 +88,10 @@ std::vector<at::Tensor> fused_linear_relu_backward_with(
   check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
   const int64_t rows = batch_rows(input);
   const at::Tensor grad = mask_backward(grad_out, relu_mask).reshape({rows, weight.size(0)});
-  const at::Tensor grad_input = input_grad ? grad.mm(weight).view(input.sizes()) : at::Tensor();
+  const at::Tensor grad_input = input_grad ? gemms.input_grad(grad, weight).view(input.sizes()) : at::Tensor();
   at::Tensor grad_weight, grad_bias;
   if (weight_grad) {
-    std::tie(grad_weight, grad_bias) = weight_grads(grad, input.reshape({rows, weight.size(1)}), bias_grad);
+    std::tie(grad_weight, grad_bias) = gemms.weight_grads(grad, input.reshape({rows, weight.size(1)}), bias_grad);
   } else if (bias_grad) {
     grad_bias = grad.sum(0);
   }
@@ -97,7 +99,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_with(
 }
 
 std::vector<at::Tensor> fused_mlp_backward_with(
-    WeightGrads weight_grads,
+    const BackwardGemms& gemms,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     at::TensorList weights,
@@ -118,10 +120,10 @@ std::vector<at::Tensor> fused_mlp_backward_with(
     }
     if (params_grad) {
       std::tie(grad_weights[i], grad_biases[i]) =
-          weight_grads(grad, as_2d(i == 0 ? input : saved_outputs[i - 1]), has_bias.get(i));
+          gemms.weight_grads(grad, as_2d(i == 0 ? input : saved_outputs[i - 1]), has_bias.get(i));
     }
     if (i > 0 || input_grad) {
-      grad = grad.mm(weights[i]);
+      grad = gemms.input_grad(grad, weights[i]);
     }
   }
   return defined_grads({grad_weights, grad_biases, input_grad ? grad.view(input.sizes()) : at::Tensor()});

@@ -43,23 +43,27 @@ std::vector<at::Tensor> run_mlp_with(
     bool relu_last,
     bool keep_hidden);
 
-// A layer's weight gradient grad2d.t() @ h2d and, when bias_grad, its bias gradient grad2d.sum(0)
-// (else undefined), from the gradient w.r.t. its output [M, N] and its input [M, K].
-using WeightGrads =
-    std::pair<at::Tensor, at::Tensor> (*)(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
-// In ATen ops, so differentiable.
-std::pair<at::Tensor, at::Tensor> weight_grads_aten(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+// A device's GEMMs for a layer's backward, from the gradient w.r.t. its output grad2d [M, N]: the
+// input gradient grad2d @ w [M, K]; the weight gradient grad2d.t() @ h2d [N, K] (h2d: the layer's
+// input) and, when bias_grad, the bias gradient grad2d.sum(0) (else undefined).
+struct BackwardGemms {
+  at::Tensor (*input_grad)(const at::Tensor& grad2d, const at::Tensor& w);
+  std::pair<at::Tensor, at::Tensor> (*weight_grads)(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+};
+// ATen ops, so differentiable.
+extern const BackwardGemms aten_gemms;
 #ifdef HYPATIA_WITH_CUDA
-// One cuBLASLt GEMM whose BGRADB epilogue also sums the bias gradient, where that is the fastest.
-std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+// cuBLASLt GEMMs where they time faster than ATen's, per shape (the weight gradient's BGRADB
+// epilogue also sums the bias gradient); ops/cuda/linear_act_cuda.cpp.
+extern const BackwardGemms cuda_gemms;
 #endif
 
 // fused_mlp's backward from what its training forward saved: the input, the weights and the
 // outputs of every layer that a ReLU follows (layers 0..L-2, and L-1 too when relu_last). Returns
 // [grad_weights..., grad_biases (of layers with has_bias)...] when params_grad, then grad_input
-// when input_grad. Device-generic: per layer eager's ReLU backward, `weight_grads` and the dgrad GEMM.
+// when input_grad. Device-generic: per layer eager's ReLU backward and `gemms`.
 std::vector<at::Tensor> fused_mlp_backward_with(
-    WeightGrads weight_grads,
+    const BackwardGemms& gemms,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     at::TensorList weights,
@@ -78,10 +82,10 @@ using ReluMaskBackward = at::Tensor (*)(const at::Tensor& grad, const at::Tensor
 
 // fused_linear_relu's backward from its saved input, weight and ReLU mask bits: grad_input when
 // input_grad, then grad_weight when weight_grad, then grad_bias when bias_grad. Device-generic:
-// `mask_backward`, the dgrad GEMM and `weight_grads` (the bias sum alone where no weight gradient is asked for).
+// `mask_backward` and `gemms` (the bias sum alone where no weight gradient is asked for).
 std::vector<at::Tensor> fused_linear_relu_backward_with(
     ReluMaskBackward mask_backward,
-    WeightGrads weight_grads,
+    const BackwardGemms& gemms,
     const at::Tensor& grad_out,
     const at::Tensor& input,
     const at::Tensor& weight,

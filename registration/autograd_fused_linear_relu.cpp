@@ -44,7 +44,7 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
     const std::vector<at::Tensor> grads =
         at::GradMode::is_enabled()
             ? ops::fused_linear_relu_backward_with(
-                  differentiable_mask_backward, ops::weight_grads_aten, grad_outputs[0], input, weight, relu_mask,
+                  differentiable_mask_backward, ops::aten_gemms, grad_outputs[0], input, weight, relu_mask,
                   input_grad, weight_grad, bias_grad)
             : op_calls::fused_linear_relu_backward(
                   grad_outputs[0], input, weight, relu_mask, input_grad, weight_grad, bias_grad);

@@ -159,9 +159,12 @@ def eager_fn(case: Case):
 
 
 def hypatia_fn(case: Case):
+    # the ops' overloads, as hypatia_ops calls them: an OpOverloadPacket resolves the overload on every call
     if case.op == "linear_relu":
-        return lambda x, ws, bs: torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])
-    return lambda x, ws, bs: torch.ops.hypatia.fused_mlp(x, ws, bs, False)
+        op = torch.ops.hypatia.fused_linear_relu.default
+        return lambda x, ws, bs: op(x, ws[0], bs[0])
+    op = torch.ops.hypatia.fused_mlp.default
+    return lambda x, ws, bs: op(x, ws, bs, False)
 
 
 def addmm_act_fn(case: Case):
@@ -334,43 +337,43 @@ def warm_up(call, n_sets: int, device: str, budget: Budget, per_call_s: float | 
     return per_call_s
 
 
-def time_calls(call, n_sets: int, device: str, budget: Budget, per_call_s: float | None = None) -> tuple[float, int]:
-    """Median ms of call(i) with i cycling over the input sets, after warm-up. `per_call_s`, the
-    time of a call already made, replaces the warm-up where that call took long enough.
-    CUDA: one pair of events around each call, calls issued back to back, so a call that is
-    bound by its host-side launch cost shows that cost."""
-    reps = budget.reps(warm_up(call, n_sets, device, budget, per_call_s))
+def timed_run(call, first: int, count: int, device: str) -> list[float]:
+    """ms of each of `count` calls call(first), call(first + 1), ... issued back to back. CUDA: a
+    pair of events around each call, so a call bound by its host-side launch cost shows that cost."""
     if device == "cuda":
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
         for i, (start, end) in enumerate(events):
             start.record()
-            call(i % n_sets)
+            call(first + i)
             end.record()
         torch.cuda.synchronize()
-        times = [start.elapsed_time(end) for start, end in events]
-    else:
-        times = []
-        for i in range(reps):
-            t = time.perf_counter()
-            call(i % n_sets)
-            times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times), reps
+        return [start.elapsed_time(end) for start, end in events]
+    times = []
+    for i in range(count):
+        t = time.perf_counter()
+        call(first + i)
+        times.append((time.perf_counter() - t) * 1e3)
+    return times
 
 
-def time_interleaved(timed: dict, n_sets: int, budget: Budget, rounds: int = 5) -> dict:
-    """CPU: median ms and reps of each competitor's calls, timed in rounds that take turns (A's
-    calls, B's, ..., then A's again), so that a slow spell of a shared machine falls on every
-    competitor alike instead of on whichever ran then."""
-    plan = {name: budget.reps(warm_up(call, n_sets, "cpu", budget, per_call_s))
+def time_calls(call, n_sets: int, device: str, budget: Budget) -> float:
+    """Median ms of call(i) with i cycling over the input sets, after warm-up."""
+    reps = budget.reps(warm_up(call, n_sets, device, budget, None))
+    return statistics.median(timed_run(lambda i: call(i % n_sets), 0, reps, device))
+
+
+def time_interleaved(timed: dict, n_sets: int, device: str, budget: Budget, rounds: int = 5) -> dict:
+    """Median ms and reps of each competitor's calls (inputs cycling over the sets), timed in rounds
+    that take turns (A's calls, B's, ..., then A's again), so that a slow spell of the machine (a
+    shared host, GPU clocks) falls on every competitor alike instead of on whichever ran then.
+    `timed`: name -> (call, seconds of a call already made, which replaces the warm-up, or None)."""
+    plan = {name: budget.reps(warm_up(call, n_sets, device, budget, per_call_s))
             for name, (call, per_call_s) in timed.items()}
     times = {name: [] for name in timed}
     for r in range(rounds):
         for name, (call, _) in timed.items():
-            for _ in range(plan[name] * (r + 1) // rounds - plan[name] * r // rounds):  # plan[name] in all
-                i = len(times[name])
-                t = time.perf_counter()
-                call(i % n_sets)
-                times[name].append((time.perf_counter() - t) * 1e3)
+            count = plan[name] * (r + 1) // rounds - plan[name] * r // rounds  # plan[name] in all
+            times[name] += timed_run(lambda i: call(i % n_sets), len(times[name]), count, device)
     return {name: (statistics.median(ts), len(ts)) for name, ts in times.items()}
 
 
@@ -381,7 +384,7 @@ def measure_ceilings(device: str, dtypes: list[str], quick: bool, threads) -> di
         copy_bytes = (16 << 20) if quick else (1 << 30 if device == "cuda" else 256 << 20)
         src = torch.randn(copy_bytes // 4, device=device)
         dst = torch.empty_like(src)
-        ms, _ = time_calls(lambda i: dst.copy_(src), 1, device, budget)
+        ms = time_calls(lambda i: dst.copy_(src), 1, device, budget)
         ceilings = {"copy_GBps": 2 * copy_bytes / ms / 1e6, "gemm_GFLOPs": {}}
         src = dst = None  # free before the GEMMs
         for name in dtypes:
@@ -393,7 +396,7 @@ def measure_ceilings(device: str, dtypes: list[str], quick: bool, threads) -> di
             a = torch.randn(size, size, device=device, dtype=dtype)
             b = torch.randn(size, size, device=device, dtype=dtype)
             with tf32(allow_tf32):
-                ms, _ = time_calls(lambda i: F.linear(a, b), 1, device, budget)
+                ms = time_calls(lambda i: F.linear(a, b), 1, device, budget)
             ceilings["gemm_GFLOPs"][name] = 2 * size**3 / ms / 1e6
     return ceilings
 
@@ -595,7 +598,7 @@ class Runner:
         device = self.device
         row["input_sets"] = len(sets)
         estimates = {}  # CPU: seconds a call, from a slice of rows
-        timed = {}  # CPU: name -> (call, seconds of a call already made, or None)
+        timed = {}  # name -> (call, seconds of a call already made, or None)
         for name in competitors(case, device, mode, self.args.skip):
             try:
                 if name == "eager":
@@ -647,12 +650,7 @@ class Runner:
                 # a long first call on the CPU is warm-up enough; not on CUDA (handles, autotuning),
                 # nor for compile or TorchScript, whose profiling executor optimises on later calls
                 known = first_s if device == "cpu" and name not in ("compile", "jit") else None
-                if device == "cpu":
-                    timed[name] = (call, known)  # timed below, all competitors interleaved
-                    continue
-                row["ms"][name], row["reps"][name] = time_calls(call, len(sets), device, self.budget, known)
-                if measure_memory:
-                    self.peak_memory(row, name, lambda: call(0))
+                timed[name] = (call, known)  # timed below, all competitors interleaved
             except torch.OutOfMemoryError as e:
                 row["skipped"][name] = f"out of memory: {str(e).splitlines()[0]}"
                 gc.collect()
@@ -665,7 +663,7 @@ class Runner:
                 else:
                     row["skipped"][name] = why
         if timed:
-            for name, (ms, reps) in time_interleaved(timed, len(sets), self.budget).items():
+            for name, (ms, reps) in time_interleaved(timed, len(sets), device, self.budget).items():
                 row["ms"][name], row["reps"][name] = ms, reps
             if measure_memory:
                 for name, (call, _) in timed.items():
@@ -733,8 +731,8 @@ def metadata(args, threads_list, ceilings, baseline_note) -> dict:
         "git_commit": commit, "library": str(lib.relative_to(ROOT)) if lib.is_relative_to(ROOT) else lib.name,
         "quick": args.quick, "seed": args.seed, "max_call_s": args.max_call_s, "skip": args.skip,
         "inductor_fx_graph_cache": bool(torch._inductor.config.fx_graph_cache),
-        "timing": ("CUDA events around each call, calls back to back, median" if args.device == "cuda"
-                   else "time.perf_counter around each call, median; competitors timed in 5 interleaved rounds"),
+        "timing": ("CUDA events around each call, calls back to back" if args.device == "cuda"
+                   else "time.perf_counter around each call") + ", median; competitors timed in 5 interleaved rounds",
         "memory": ("torch.cuda.max_memory_allocated above the level before one call" if args.device == "cuda"
                    else "peak RSS (VmHWM after clear_refs) above the level before one call"),
         "baseline": baseline_note,

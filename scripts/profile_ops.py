@@ -1,7 +1,8 @@
 """Where the time of one fused-op call goes: host time per call (a loop of calls, synchronized at the
 end) against the GPU kernels it launches (torch.profiler, per kernel name), for fused_mlp or
 fused_linear_relu, forward or forward + backward. A call whose host time exceeds its kernels'
-is bound by launch overhead. Example:
+is bound by launch overhead. HYPATIA_CUBLASLT_LOG=1 adds the cuBLASLt autotuner's timings and
+choices. Example:
 
     python scripts/profile_ops.py --rows 262144 --widths 64,64,64,64,64,64,64,64,64 --dtype bfloat16
 """
@@ -14,7 +15,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-import hypatia_ops  # noqa: E402,F401  (loads the library)
+import hypatia_ops  # noqa: E402  (loads the library)
 
 
 def main():
@@ -33,9 +34,9 @@ def main():
     bs = [(torch.randn(n, device="cuda") / 2).to(dtype).requires_grad_() for n in widths[1:]]
     gout = torch.randn(args.rows, widths[-1], device="cuda").to(dtype)
     if args.op == "mlp":
-        forward = lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, False)  # noqa: E731
+        forward = lambda: hypatia_ops.fused_mlp(x, ws, bs)  # noqa: E731
     else:
-        forward = lambda: torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])  # noqa: E731
+        forward = lambda: hypatia_ops.fused_linear_relu(x, ws[0], bs[0])  # noqa: E731
 
     def fwd():
         with torch.no_grad():

@@ -206,7 +206,7 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
   const int64_t widest = widest_width(input.size(-1), weights);
   if (!blocks_pay(input.scalar_type(), widest)) {
     return fused_mlp_backward_with(
-        weight_grads_aten, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+        aten_gemms, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
   }
   const int64_t rows = batch_rows(input);
   auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}).contiguous(); };
@@ -234,7 +234,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_cpu(
   const int64_t widest = widest_width(input.size(-1), weight);
   if (!blocks_pay(input.scalar_type(), widest)) {
     return fused_linear_relu_backward_with(
-        relu_mask_backward_cpu, weight_grads_aten, grad_out, input, weight, relu_mask, input_grad, weight_grad,
+        relu_mask_backward_cpu, aten_gemms, grad_out, input, weight, relu_mask, input_grad, weight_grad,
         bias_grad);
   }
   const int64_t rows = batch_rows(input);

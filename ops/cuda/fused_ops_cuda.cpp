@@ -100,7 +100,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_cuda(
     bool bias_grad) {
   const c10::cuda::CUDAGuard device_guard(input.device());
   return fused_linear_relu_backward_with(
-      relu_mask_backward_cuda, weight_grads_cuda, grad_out, input, weight, relu_mask, input_grad, weight_grad,
+      relu_mask_backward_cuda, cuda_gemms, grad_out, input, weight, relu_mask, input_grad, weight_grad,
       bias_grad);
 }
 
@@ -122,7 +122,7 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
     }
   }
   return fused_mlp_backward_with(
-      weight_grads_cuda, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+      cuda_gemms, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
 }
 
 }  // namespace hypatia::ops

@@ -1,11 +1,12 @@
 // CUDA: the cuBLASLt matmuls with epilogues. Forward: act(x @ w.T + b) as one matmul whose
-// epilogue adds the bias and applies the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends). Weight
-// gradient: grad.T @ h, whose BGRADB epilogue also sums the bias gradient. On the current stream
-// with PyTorch's cuBLASLt handle and workspace. Per problem, the heuristic's top candidates and
-// ATen's own way to the same result are timed once and the fastest is cached
-// (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick, untimed). Where cuBLASLt
-// offers no algorithm, ATen's. Split-K partial sums stay in float32 (cuBLASLt may otherwise add
-// them up in the half-precision output type, which eager's default allows): one rounding, at the end.
+// epilogue adds the bias and applies the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends). Backward:
+// the input gradient grad @ w, and the weight gradient grad.T @ h whose BGRADB epilogue also sums
+// the bias gradient. On the current stream with PyTorch's cuBLASLt handle and workspace. Per
+// problem, the heuristic's top candidates and ATen's own way to the same result are timed once and
+// the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
+// untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
+// algorithm, ATen's. Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
+// the half-precision output type, which eager's default allows): one rounding, at the end.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
 // torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem.
 #include "ops/fused_ops.h"
@@ -25,14 +26,16 @@
 
 #include <cublasLt.h>
 
-#include <cstdint>
-#include <cstdlib>
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -87,6 +90,17 @@ uint32_t alignment(const void* ptr) {
     a /= 2;
   }
   return a;
+}
+
+const char* epilogue_name(cublasLtEpilogue_t epilogue) {
+  switch (epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "none";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_RELU: return "RELU";
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return "RELU_BIAS";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+    default: return "other";
+  }
 }
 
 cublasLtEpilogue_t epilogue_for(bool bias, bool relu) {
@@ -173,6 +187,14 @@ bool autotune_enabled() {
   return enabled;
 }
 
+bool log_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("HYPATIA_CUBLASLT_LOG");
+    return env != nullptr && std::string(env) != "" && std::string(env) != "0";
+  }();
+  return enabled;
+}
+
 constexpr int kCandidates = 8;
 constexpr int kTimings = 3;
 constexpr int kMaxCallsPerTiming = 32;
@@ -214,7 +236,7 @@ float time_ms(cudaStream_t stream, const Run& run) {
 // An LtMatmul's descriptors, ready to run with any algorithm.
 class LtPlan {
  public:
-  LtPlan(const LtMatmul& p, at::ScalarType dtype, int device) : p_(p) {
+  LtPlan(const LtMatmul& p, at::ScalarType dtype, int device) : p_(p), dtype_(dtype) {
     const cudaDataType_t type = cuda_dtype(dtype);
     is_double_ = dtype == at::kDouble;
     const cublasComputeType_t compute = is_double_ ? CUBLAS_COMPUTE_64F
@@ -238,6 +260,13 @@ class LtPlan {
   }
 
   const AlgoKey& key() const { return key_; }
+
+  // "m x n x k" in cuBLAS's column-major terms, the transposes, the dtype and the epilogue.
+  std::string describe() const {
+    auto op = [](cublasOperation_t t) { return t == CUBLAS_OP_N ? "N" : "T"; };
+    return std::to_string(p_.m) + "x" + std::to_string(p_.n) + "x" + std::to_string(p_.k) + " " + op(p_.trans_a) +
+        op(p_.trans_b) + " " + c10::toString(dtype_) + " epilogue " + epilogue_name(p_.epilogue);
+  }
 
   // With B and D replaced (the NaN probe's copies), or as planned.
   cublasStatus_t run(const cublasLtMatmulAlgo_t& algo, const void* b, void* d) const {
@@ -290,6 +319,7 @@ class LtPlan {
   }
 
   LtMatmul p_;
+  at::ScalarType dtype_;
   bool is_double_ = false;
   MatmulDesc desc_;
   Layout a_layout_, b_layout_, d_layout_;
@@ -321,19 +351,30 @@ bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& accepta
     aten();
     return true;
   });
+  std::string timings = "aten " + std::to_string(best_ms) + " ms, candidates";
+  int index = 0, chosen = -1;
   for (const cublasLtMatmulAlgo_t& algo : plan.candidates()) {
+    const int i = index++;
     if (!acceptable(algo)) {
+      timings += " " + std::to_string(i) + ":rejected";
       continue;
     }
     if (!autotune_enabled()) {  // the heuristic's first acceptable pick
       best = AlgoChoice{/*use_aten=*/false, algo};
+      chosen = i;
       break;
     }
     const float ms = time_ms(stream, [&] { return plan.run(algo) == CUBLAS_STATUS_SUCCESS; });
+    timings += " " + std::to_string(i) + ":" + std::to_string(ms);
     if (ms < best_ms) {
       best_ms = ms;
       best = AlgoChoice{/*use_aten=*/false, algo};
+      chosen = i;
     }
+  }
+  if (log_enabled()) {
+    std::fprintf(stderr, "hypatia cuBLASLt %s: %s; chosen: %s\n", plan.describe().c_str(), timings.c_str(),
+                 chosen < 0 ? "aten" : std::to_string(chosen).c_str());
   }
   algo_cache().insert(plan.key(), best);
   // The last timed run may have been another candidate: write the result with the winner.
@@ -410,6 +451,29 @@ void linear_act_cuda_out(
   linear_act_aten(x, w, b, relu, out);
 }
 
+namespace {
+
+at::Tensor input_grad_cuda(const at::Tensor& grad2d, const at::Tensor& w) {
+  const at::Tensor g = grad2d.contiguous(), wc = w.contiguous();
+  const int64_t M = g.size(0), N = g.size(1), K = wc.size(1);
+  at::Tensor grad_input = at::empty({M, K}, g.options());
+  auto aten = [&] { at::mm_out(grad_input, g, wc); };
+  if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
+    aten();
+    return grad_input;
+  }
+  // Row-major grad_input[M,K] = g[M,N] @ w[N,K] is, column-major, D[K x M] = A B with A = w read
+  // as K x N and B = g read as N x M.
+  const LtPlan plan(
+      LtMatmul{CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, wc.data_ptr(), K, g.data_ptr(), N, grad_input.data_ptr(), K,
+               CUBLASLT_EPILOGUE_DEFAULT},
+      g.scalar_type(), g.get_device());
+  if (!run_fastest(plan, aten, [](const cublasLtMatmulAlgo_t&) { return true; })) {
+    aten();
+  }
+  return grad_input;
+}
+
 std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
   const at::Tensor g = grad2d.contiguous(), h = h2d.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = h.size(1);
@@ -421,8 +485,7 @@ std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, co
       at::sum_out(grad_bias, g, 0);
     }
   };
-  // Without a bias gradient there is nothing to fuse: ATen's GEMM. cuBLASLt needs a nonempty problem.
-  if (!bias_grad || M == 0 || N == 0 || K == 0) {
+  if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
     aten();
     return {grad_weight, grad_bias};
   }
@@ -431,12 +494,17 @@ std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, co
   // one per column of D: grad_bias[N].
   const LtPlan plan(
       LtMatmul{CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, h.data_ptr(), K, g.data_ptr(), N, grad_weight.data_ptr(), K,
-               CUBLASLT_EPILOGUE_BGRADB, grad_bias.data_ptr()},
+               bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT,
+               bias_grad ? grad_bias.data_ptr() : nullptr},
       g.scalar_type(), g.get_device());
   if (!run_fastest(plan, aten, [](const cublasLtMatmulAlgo_t&) { return true; })) {
     aten();
   }
   return {grad_weight, grad_bias};
 }
+
+}  // namespace
+
+const BackwardGemms cuda_gemms{input_grad_cuda, weight_grads_cuda};
 
 }  // namespace hypatia::ops

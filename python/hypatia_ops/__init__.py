@@ -1,7 +1,9 @@
 """Hypatia Ops: fused Linear+ReLU operators for PyTorch.
 
 Importing this package loads ``libhypatia_ops.so`` into PyTorch, after which the ops are
-``torch.ops.hypatia.fused_linear_relu`` and ``torch.ops.hypatia.fused_mlp``.
+``torch.ops.hypatia.fused_linear_relu`` and ``torch.ops.hypatia.fused_mlp``. ``fused_linear_relu``
+and ``fused_mlp`` here call their ``.default`` overloads, which skips the overload resolution that
+calling ``torch.ops.hypatia.<op>`` does on every call (a few microseconds).
 ``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them.
 The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then beside this package, then in the
 source tree's ``build/`` directory.
@@ -50,7 +52,7 @@ torch.ops.load_library(str(library_path()))
 
 def fused_linear_relu(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """relu(input @ weight.T + bias) in one op; input is [*, in_features]."""
-    return torch.ops.hypatia.fused_linear_relu(input, weight, bias)
+    return torch.ops.hypatia.fused_linear_relu.default(input, weight, bias)
 
 
 def fused_mlp(
@@ -60,7 +62,7 @@ def fused_mlp(
     relu_last: bool = False,
 ) -> torch.Tensor:
     """Linear layers with ReLU between them (and after the last when relu_last), in one op."""
-    return torch.ops.hypatia.fused_mlp(input, list(weights), list(biases), relu_last)
+    return torch.ops.hypatia.fused_mlp.default(input, list(weights), list(biases), relu_last)
 
 
 @dataclass

@@ -1,5 +1,10 @@
 """CUDA-only behaviour: CUDA graphs, threads, streams, devices, TF32. Skipped without a GPU."""
+import os
+import re
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +13,7 @@ import torch.nn.functional as F
 from conftest import TOLERANCE, rel_error, requires_cuda
 
 pytestmark = requires_cuda
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def reference(x, w, b):
@@ -111,3 +117,24 @@ def test_nan_survives_the_relu_epilogue(dtype, mkn):
     for bias in (b, None):
         assert torch.ops.hypatia.fused_linear_relu(x, w, bias)[1].isnan().all()
         assert torch.ops.hypatia.fused_mlp(x, [w], [bias], True)[1].isnan().all()
+
+
+def test_autotune_log_names_every_gemm_of_a_training_step():
+    # HYPATIA_CUBLASLT_LOG=1: one line per tuned problem. A forward+backward with a bias tunes the
+    # RELU_BIAS forward (TN), the input gradient (NN) and the weight gradient with its BGRADB bias sum (NT).
+    code = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1]); import hypatia_ops\n"
+        "x = torch.randn(96, 40, device='cuda', requires_grad=True)\n"
+        "w = torch.randn(72, 40, device='cuda', requires_grad=True)\n"
+        "b = torch.randn(72, device='cuda', requires_grad=True)\n"
+        "hypatia_ops.fused_linear_relu(x, w, b).sum().backward()\n"
+        "torch.cuda.synchronize()\n")
+    env = dict(os.environ, HYPATIA_CUBLASLT_LOG="1")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "python")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hypatia cuBLASLt ")]
+    for problem in ("72x96x40 TN Float epilogue RELU_BIAS", "40x96x72 NN Float epilogue none",
+                    "40x72x96 NT Float epilogue BGRADB"):
+        assert sum(problem in line for line in lines) == 1, (problem, lines)
+    assert all(re.search(r"; chosen: (aten|\d+)$", line) for line in lines), lines
