@@ -18,6 +18,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hypatia_ops  # noqa: E402  (loads the library)
 
 
+def host_us_per_call(fn, iters: int) -> float:
+    """Median over 5 loops of `iters` calls (no grad), synchronized at each loop's end."""
+    loops = []
+    with torch.no_grad():
+        for _ in range(5):
+            fn()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            torch.cuda.synchronize()
+            loops.append((time.perf_counter() - start) / iters * 1e6)
+    return sorted(loops)[2]
+
+
+def host_breakdown(args, forward, x, ws, bs):
+    def eager():
+        h = x
+        for i, (w, b) in enumerate(zip(ws, bs)):
+            h = torch.nn.functional.linear(h, w, b)
+            h = torch.relu(h) if i + 1 < len(ws) or args.op == "linear_relu" else h
+        return h
+
+    fns = {"hypatia": forward, "eager": eager}
+    if args.op == "linear_relu":
+        fns["addmm_act"] = lambda: torch._addmm_activation(bs[0], x, ws[0].t())
+    times = {name: host_us_per_call(fn, args.iters) for name, fn in fns.items()}
+    print(f"== host us per forward call (no grad, calls back to back): "
+          + ", ".join(f"{name} {us:.1f}" for name, us in times.items()))
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(20):
+            forward()
+        torch.cuda.synchronize()
+    print("   CPU ops inside hypatia's call (torch.profiler, whose own cost inflates each op):")
+    for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]:
+        print(f"  {e.self_cpu_time_total / 20:8.1f} us self {e.cpu_time_total / 20:8.1f} us total  x{e.count / 20:g}  {e.key[:80]}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=65536)
@@ -25,6 +63,9 @@ def main():
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--op", default="mlp", choices=["mlp", "linear_relu"])
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--host", action="store_true",
+                   help="also: host time per forward call of hypatia, eager and (linear_relu) _addmm_activation, "
+                        "and the CPU time of the ops inside a hypatia call (torch.profiler)")
     args = p.parse_args()
     dtype = getattr(torch, args.dtype)
     widths = [int(w) for w in args.widths.split(",")]
@@ -45,6 +86,8 @@ def main():
     def fwd_bwd():
         torch.autograd.grad(forward(), [x] + ws + bs, gout)
 
+    if args.host:
+        host_breakdown(args, forward, x, ws, bs)
     for name, fn in [("fwd", fwd), ("fwd+bwd", fwd_bwd)]:
         for _ in range(5):
             fn()
