@@ -3,7 +3,7 @@
 Importing this package loads ``libhypatia_ops.so`` into PyTorch, after which the ops are
 ``torch.ops.hypatia.fused_linear_relu`` and ``torch.ops.hypatia.fused_mlp``. ``fused_linear_relu``
 and ``fused_mlp`` here call their ``.default`` overloads, which skips the overload resolution that
-calling ``torch.ops.hypatia.<op>`` does on every call (a few microseconds).
+calling ``torch.ops.hypatia.<op>`` does on every call.
 ``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them.
 The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then beside this package, then in the
 source tree's ``build/`` directory.
