@@ -73,6 +73,11 @@ const BackwardGemms aten_gemms{
     [](const at::Tensor& grad2d, const at::Tensor& w) { return grad2d.mm(w); },
     [](const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
       return std::pair{grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
+    },
+    [](const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
+      at::Tensor grad = at::threshold_backward(grad2d.mm(w), relu_out2d, 0);  // eager's ReLU backward
+      at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
+      return std::pair{std::move(grad), std::move(grad_bias)};
     }};
 
 std::vector<at::Tensor> fused_linear_relu_backward_with(
@@ -114,15 +119,24 @@ std::vector<at::Tensor> fused_mlp_backward_with(
   auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}); };
   std::vector<at::Tensor> grad_weights(layers), grad_biases(layers);
   at::Tensor grad = as_2d(grad_out);
+  if (relu_last) {
+    grad = at::threshold_backward(grad, as_2d(saved_outputs[layers - 1]), 0);  // eager's ReLU backward
+  }
   for (size_t i = layers; i-- > 0;) {
-    if (i + 1 < layers || relu_last) {
-      grad = at::threshold_backward(grad, as_2d(saved_outputs[i]), 0);  // eager's ReLU backward
-    }
+    // Below the top layer, relu_input_grad has already summed this layer's bias gradient.
+    const bool top = i + 1 == layers;
     if (params_grad) {
-      std::tie(grad_weights[i], grad_biases[i]) =
-          gemms.weight_grads(grad, as_2d(i == 0 ? input : saved_outputs[i - 1]), has_bias.get(i));
+      at::Tensor summed;
+      std::tie(grad_weights[i], summed) =
+          gemms.weight_grads(grad, as_2d(i == 0 ? input : saved_outputs[i - 1]), top && has_bias.get(i));
+      if (top) {
+        grad_biases[i] = summed;
+      }
     }
-    if (i > 0 || input_grad) {
+    if (i > 0) {
+      std::tie(grad, grad_biases[i - 1]) =
+          gemms.relu_input_grad(grad, weights[i], as_2d(saved_outputs[i - 1]), params_grad && has_bias.get(i - 1));
+    } else if (input_grad) {
       grad = gemms.input_grad(grad, weights[i]);
     }
   }

@@ -45,23 +45,30 @@ std::vector<at::Tensor> run_mlp_with(
 
 // A device's GEMMs for a layer's backward, from the gradient w.r.t. its output grad2d [M, N]: the
 // input gradient grad2d @ w [M, K]; the weight gradient grad2d.t() @ h2d [N, K] (h2d: the layer's
-// input) and, when bias_grad, the bias gradient grad2d.sum(0) (else undefined).
+// input) and, when bias_grad, the bias gradient grad2d.sum(0) (else undefined). Where the layer's
+// input is the ReLU output relu_out2d [M, K] of the layer below, relu_input_grad goes on through
+// that ReLU: threshold_backward(grad2d @ w, relu_out2d, 0) and, when bias_grad, its sum over rows
+// (the layer below's bias gradient).
 struct BackwardGemms {
   at::Tensor (*input_grad)(const at::Tensor& grad2d, const at::Tensor& w);
   std::pair<at::Tensor, at::Tensor> (*weight_grads)(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+  std::pair<at::Tensor, at::Tensor> (*relu_input_grad)(
+      const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
 };
 // ATen ops, so differentiable.
 extern const BackwardGemms aten_gemms;
 #ifdef HYPATIA_WITH_CUDA
-// cuBLASLt GEMMs where they time faster than ATen's, per shape (the weight gradient's BGRADB
-// epilogue also sums the bias gradient); ops/cuda/linear_act_cuda.cpp.
+// cuBLASLt GEMMs where they time faster than ATen's, per shape: the weight gradient's BGRADB
+// epilogue sums the bias gradient, relu_input_grad's DRELU_BGRAD epilogue applies the ReLU mask
+// and sums the layer below's bias gradient; ops/cuda/linear_act_cuda.cpp.
 extern const BackwardGemms cuda_gemms;
 #endif
 
 // fused_mlp's backward from what its training forward saved: the input, the weights and the
 // outputs of every layer that a ReLU follows (layers 0..L-2, and L-1 too when relu_last). Returns
 // [grad_weights..., grad_biases (of layers with has_bias)...] when params_grad, then grad_input
-// when input_grad. Device-generic: per layer eager's ReLU backward and `gemms`.
+// when input_grad. Device-generic: per layer `gemms` (the input gradient through the ReLU below it
+// by relu_input_grad), and eager's ReLU backward on grad_out when relu_last.
 std::vector<at::Tensor> fused_mlp_backward_with(
     const BackwardGemms& gemms,
     const at::Tensor& grad_out,

@@ -1,15 +1,20 @@
 // CUDA: the cuBLASLt matmuls with epilogues. Forward: act(x @ w.T + b) as one matmul whose
 // epilogue adds the bias and applies the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends). Backward:
-// the input gradient grad @ w, and the weight gradient grad.T @ h whose BGRADB epilogue also sums
-// the bias gradient. On the current stream with PyTorch's cuBLASLt handle and workspace. Per
+// the input gradient grad @ w (in an MLP, through the ReLU of the layer below by the DRELU_BGRAD
+// epilogue, which also sums that layer's bias gradient), and the weight gradient grad.T @ h whose
+// BGRADB epilogue also sums the bias gradient. On the current stream with PyTorch's cuBLASLt handle and workspace. Per
 // problem, the heuristic's top candidates and ATen's own way to the same result are timed once and
 // the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
 // untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
 // algorithm, ATen's. Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
 // the half-precision output type, which eager's default allows): one rounding, at the end.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
-// torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem.
+// torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem;
+// likewise a DRELU candidate only after it kept a NaN gradient where the ReLU passed and zeroed it
+// where it did not, as eager's threshold_backward does.
 #include "ops/fused_ops.h"
+
+#include "ops/checks.h"
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -99,6 +104,8 @@ const char* epilogue_name(cublasLtEpilogue_t epilogue) {
     case CUBLASLT_EPILOGUE_RELU: return "RELU";
     case CUBLASLT_EPILOGUE_RELU_BIAS: return "RELU_BIAS";
     case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+    case CUBLASLT_EPILOGUE_DRELU: return "DRELU";
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD: return "DRELU_BGRAD";
     default: return "other";
   }
 }
@@ -122,7 +129,8 @@ void linear_act_aten(const at::Tensor& x, const at::Tensor& w, const OptionalTen
 }
 
 // One matmul in cuBLAS's column-major terms: D [m x n] = op(A) op(B), the dot products k long,
-// with an epilogue. `bias` is read by the BIAS epilogues and written by BGRADB.
+// with an epilogue. `bias` is read by the BIAS epilogues and written by the BGRAD ones; `relu_bits`
+// (m bits per column of D, columns relu_bits_ld bits apart: the layout of ops/checks.h) is read by DRELU.
 struct LtMatmul {
   cublasOperation_t trans_a, trans_b;
   int64_t m, n, k;
@@ -134,11 +142,13 @@ struct LtMatmul {
   int64_t ldd;
   cublasLtEpilogue_t epilogue;
   void* bias = nullptr;
+  const void* relu_bits = nullptr;
+  int64_t relu_bits_ld = 0;
 };
 
 // Everything that decides which algorithm is best: the problem, its numerics and its pointers'
 // alignment (cuBLASLt kernels differ by alignment), and the device.
-using AlgoKey = std::array<int64_t, 16>;
+using AlgoKey = std::array<int64_t, 17>;
 struct AlgoKeyHash {
   size_t operator()(const AlgoKey& key) const {
     size_t h = 0;
@@ -251,12 +261,17 @@ class LtPlan {
     if (p.bias != nullptr) {
       set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
     }
+    if (p.relu_bits != nullptr) {
+      set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.relu_bits);
+      set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.relu_bits_ld);
+    }
     const bool a_n = p.trans_a == CUBLAS_OP_N, b_n = p.trans_b == CUBLAS_OP_N;
     a_layout_ = make_layout(type, a_n ? p.m : p.k, a_n ? p.k : p.m, p.lda);
     b_layout_ = make_layout(type, b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb);
     d_layout_ = make_layout(type, p.m, p.n, p.ldd);
     key_ = {device, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, int64_t(dtype), int64_t(compute),
-            p.epilogue, alignment(p.a), alignment(p.b), alignment(p.d), p.bias ? alignment(p.bias) : 0};
+            p.epilogue, alignment(p.a), alignment(p.b), alignment(p.d), p.bias ? alignment(p.bias) : 0,
+            p.relu_bits ? alignment(p.relu_bits) : 0};
   }
 
   const AlgoKey& key() const { return key_; }
@@ -503,8 +518,66 @@ std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, co
   return {grad_weight, grad_bias};
 }
 
+std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
+    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
+  const at::Tensor g = grad2d.contiguous(), wc = w.contiguous();
+  const int64_t M = g.size(0), N = g.size(1), K = wc.size(1);
+  // The ReLU's mask as bits, read by the DRELU epilogue and by ATen's way alike.
+  const int64_t row_bytes = relu_mask_row_bytes(K).expect_int();
+  at::Tensor bits = at::empty({M, row_bytes}, g.options().dtype(at::kByte));
+  pack_relu_mask_cuda(relu_out2d.contiguous(), bits);
+  std::pair<at::Tensor, at::Tensor> aten_result;
+  auto aten = [&] {
+    at::Tensor grad = relu_mask_backward_cuda(at::mm(g, wc), bits);
+    at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
+    aten_result = {std::move(grad), std::move(grad_bias)};
+  };
+  if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
+    aten();
+    return aten_result;
+  }
+  at::Tensor grad_input = at::empty({M, K}, g.options());
+  at::Tensor grad_bias = bias_grad ? at::empty({K}, g.options()) : at::Tensor();
+  // As input_grad_cuda, with the ReLU's bits applied to D and (DRELU_BGRAD) D summed over its
+  // columns (the rows of grad_input): the bias gradient of the layer below.
+  auto problem = [&](const void* g_data, void* d_data, void* bias_data, const void* bits_data) {
+    return LtMatmul{CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, wc.data_ptr(), K, g_data, N, d_data, K,
+                    bias_grad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU, bias_data, bits_data,
+                    row_bytes * 8};
+  };
+  const LtPlan plan(
+      problem(g.data_ptr(), grad_input.data_ptr(), bias_grad ? grad_bias.data_ptr() : nullptr, bits.data_ptr()),
+      g.scalar_type(), g.get_device());
+  // The NaN probe: g with a NaN in rows 0 and 1, so that both rows of g @ w are all NaN; the ReLU
+  // passed nothing of row 0 (eager's threshold_backward writes 0 there) and all of row 1 (NaN stays).
+  std::optional<LtPlan> probe;
+  at::Tensor g_p, bits_p, d_p, bias_p;  // what `probe` points to
+  auto as_eager = [&](const cublasLtMatmulAlgo_t& algo) {
+    if (!probe) {
+      g_p = g.clone();
+      g_p.select(1, 0).narrow(0, 0, std::min<int64_t>(M, 2)).fill_(std::numeric_limits<double>::quiet_NaN());
+      bits_p = at::zeros_like(bits);
+      if (M > 1) {
+        bits_p.select(0, 1).fill_(0xff);
+      }
+      d_p = at::empty_like(grad_input);
+      bias_p = bias_grad ? at::empty_like(grad_bias) : at::Tensor();
+      probe.emplace(
+          problem(g_p.data_ptr(), d_p.data_ptr(), bias_grad ? bias_p.data_ptr() : nullptr, bits_p.data_ptr()),
+          g.scalar_type(), g.get_device());
+    }
+    return probe->run(algo) == CUBLAS_STATUS_SUCCESS && d_p[0].eq(0).all().item<bool>() &&
+        (M == 1 || d_p[1].isnan().all().item<bool>());
+  };
+  if (run_fastest(plan, aten, as_eager)) {
+    return {grad_input, grad_bias};
+  }
+  aten();
+  return aten_result;
+}
+
 }  // namespace
 
-const BackwardGemms cuda_gemms{input_grad_cuda, weight_grads_cuda};
+const BackwardGemms cuda_gemms{input_grad_cuda, weight_grads_cuda, relu_input_grad_cuda};
 
 }  // namespace hypatia::ops

@@ -135,13 +135,16 @@ def test_training_computes_the_gradients_asked_for(device, dtype, needs):
             assert rel_error(t.grad, ref) < TOLERANCE[dtype]
 
 
+# 64 wide: the narrow kernels (CUDA) or blocks (CPU); 300 wide: the per-layer path (CUDA: the DRELU
+# epilogue, which must zero a NaN gradient where the ReLU passed nothing, as threshold_backward does).
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("relu_last", [False, True])
-def test_training_nan_gradients_spread_as_in_eager(device, dtype, relu_last):
+@pytest.mark.parametrize("width", [64, 300])
+def test_training_nan_gradients_spread_as_in_eager(device, dtype, relu_last, width):
     torch.manual_seed(9)
     x = random((2000, 64), dtype, device)
     x[1500, 3] = float("nan")  # a NaN output: its ReLU passes the gradient, as eager's does
-    ws, bs = make_mlp([64, 64, 64, 64], dtype, device=device)
+    ws, bs = make_mlp([64, width, width, 64], dtype, device=device)
     gout = random((2000, 64), dtype, device)
     gout[7, :] = float("nan")
     _, _, grads = mlp_grads(x, ws, bs, relu_last, gout)
