@@ -7,6 +7,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/relu_bits.h"
+#include "ops/cpu/row_blocks.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -102,7 +103,7 @@ Grads blocked_backward(
   }
 
   // Task t takes blocks [blocks * t / n_tasks, blocks * (t + 1) / n_tasks).
-  at::parallel_for(0, n_tasks, 1, [&](int64_t first_task, int64_t end_task) {
+  parallel_for_with_state(0, n_tasks, 1, [&](int64_t first_task, int64_t end_task) {
     at::Tensor buffers = at::empty({2, block * widest}, compute);
     for (int64_t t = first_task; t < end_task; ++t) {
       std::vector<at::Tensor>& sums = partials[t];

@@ -131,7 +131,7 @@ at::Tensor linear_relu_cpu_2d(
       rows * in_features * out_features >= kMinOnednnMacs) {
     if (std::optional<at::Tensor> out = onednn_linear(x2d, w, b)) {
       // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
-      at::parallel_for(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
+      parallel_for_with_state(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
         out->narrow(0, begin, end - begin).relu_();
         if (epilogue) {
           (*epilogue)(*out, begin, end - begin);

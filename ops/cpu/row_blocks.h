@@ -2,6 +2,7 @@
 // Row blocking for the CPU kernels: a block's activations stay in cache between the GEMM that
 // writes them and the epilogue or layer that reads them.
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -23,6 +24,18 @@ inline int64_t rows_per_task(int64_t cols) {
   return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, cols));
 }
 
+// at::parallel_for whose tasks run with the caller's thread-local state (grad mode, the dispatch
+// keys excluded). Tasks that call ATen ops need it: an OpenMP worker thread starts without the
+// caller's exclusion of autograd, and would record (or refuse) ops on inputs that require grad.
+template <typename Fn>
+void parallel_for_with_state(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
+  const at::ThreadLocalState state;
+  at::parallel_for(begin, end, grain, [&](int64_t first, int64_t last) {
+    const at::ThreadLocalStateGuard guard(state);
+    fn(first, last);
+  });
+}
+
 // Calls fn(begin, end) on chunks of rows spread over ATen's intra-op threads, each chunk a whole
 // number of `block`-row blocks (the last one may be short). Rows that fit in one block run on the
 // caller, whose BLAS then uses every thread itself.
@@ -32,7 +45,7 @@ void for_each_row_chunk(int64_t rows, int64_t block, const Fn& fn) {
     fn(0, rows);
     return;
   }
-  at::parallel_for(0, rows, block, fn);
+  parallel_for_with_state(0, rows, block, fn);
 }
 
 }  // namespace hypatia::ops
