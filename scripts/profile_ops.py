@@ -45,15 +45,8 @@ def host_breakdown(args, forward, x, ws, bs):
     if args.op == "linear_relu":
         fns["addmm_act"] = lambda: torch._addmm_activation(bs[0], x, ws[0].t())
     times = {name: host_us_per_call(fn, args.iters) for name, fn in fns.items()}
-    print(f"== host us per forward call (no grad, calls back to back): "
+    print("== host us per forward call (no grad, calls back to back): "
           + ", ".join(f"{name} {us:.1f}" for name, us in times.items()))
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(20):
-            forward()
-        torch.cuda.synchronize()
-    print("   CPU ops inside hypatia's call (torch.profiler, whose own cost inflates each op):")
-    for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]:
-        print(f"  {e.self_cpu_time_total / 20:8.1f} us self {e.cpu_time_total / 20:8.1f} us total  x{e.count / 20:g}  {e.key[:80]}")
 
 
 def main():
@@ -64,8 +57,7 @@ def main():
     p.add_argument("--op", default="mlp", choices=["mlp", "linear_relu"])
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--host", action="store_true",
-                   help="also: host time per forward call of hypatia, eager and (linear_relu) _addmm_activation, "
-                        "and the CPU time of the ops inside a hypatia call (torch.profiler)")
+                   help="also: host time per forward call of hypatia, eager and (linear_relu) _addmm_activation")
     args = p.parse_args()
     dtype = getattr(torch, args.dtype)
     widths = [int(w) for w in args.widths.split(",")]

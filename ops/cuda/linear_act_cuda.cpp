@@ -2,9 +2,9 @@
 // epilogue adds the bias and applies the ReLU (CUBLASLT_EPILOGUE_RELU_BIAS and friends). Backward:
 // the input gradient grad @ w (in an MLP, through the ReLU of the layer below by the DRELU_BGRAD
 // epilogue, which also sums that layer's bias gradient), and the weight gradient grad.T @ h whose
-// BGRADB epilogue also sums the bias gradient. On the current stream with PyTorch's cuBLASLt handle and workspace. Per
-// problem, the heuristic's top candidates and ATen's own way to the same result are timed once and
-// the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
+// BGRADB epilogue also sums the bias gradient. On the current stream with PyTorch's cuBLASLt handle
+// and workspace. Per problem, the heuristic's top candidates and ATen's own way to the same result
+// are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
 // untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
 // algorithm, ATen's. Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
 // the half-precision output type, which eager's default allows): one rounding, at the end.
@@ -400,6 +400,11 @@ bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& accepta
   return true;
 }
 
+// For problems without an epilogue whose results a probe must vet.
+bool any_algorithm(const cublasLtMatmulAlgo_t&) {
+  return true;
+}
+
 // act(x @ w.T + b) through cuBLASLt; false where ATen's path should run instead (run_fastest).
 bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
@@ -483,7 +488,7 @@ at::Tensor input_grad_cuda(const at::Tensor& grad2d, const at::Tensor& w) {
       LtMatmul{CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, wc.data_ptr(), K, g.data_ptr(), N, grad_input.data_ptr(), K,
                CUBLASLT_EPILOGUE_DEFAULT},
       g.scalar_type(), g.get_device());
-  if (!run_fastest(plan, aten, [](const cublasLtMatmulAlgo_t&) { return true; })) {
+  if (!run_fastest(plan, aten, any_algorithm)) {
     aten();
   }
   return grad_input;
@@ -512,7 +517,7 @@ std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, co
                bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT,
                bias_grad ? grad_bias.data_ptr() : nullptr},
       g.scalar_type(), g.get_device());
-  if (!run_fastest(plan, aten, [](const cublasLtMatmulAlgo_t&) { return true; })) {
+  if (!run_fastest(plan, aten, any_algorithm)) {
     aten();
   }
   return {grad_weight, grad_bias};
