@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import hypatia_ops  # noqa: E402  (loads the library)
 
 
-def host_us_per_call(fn, iters: int) -> float:
-    """Median over 5 loops of `iters` calls (no grad), synchronized at each loop's end."""
+def host_us_per_call(fn, iters: int, grad: bool = False) -> float:
+    """Median over 5 loops of `iters` calls, synchronized at each loop's end."""
     loops = []
-    with torch.no_grad():
+    with torch.set_grad_enabled(grad):
         for _ in range(5):
             fn()
             torch.cuda.synchronize()
@@ -33,7 +33,7 @@ def host_us_per_call(fn, iters: int) -> float:
     return sorted(loops)[2]
 
 
-def host_breakdown(args, forward, x, ws, bs):
+def host_breakdown(args, forward, x, ws, bs, gout):
     def eager():
         h = x
         for i, (w, b) in enumerate(zip(ws, bs)):
@@ -48,6 +48,29 @@ def host_breakdown(args, forward, x, ws, bs):
     print("== host us per forward call (no grad, calls back to back): "
           + ", ".join(f"{name} {us:.1f}" for name, us in times.items()))
 
+    # Forward + backward, and its parts: the forward that records the graph, the backward op on
+    # its own, and what torch.autograd.grad costs around a one-op graph (the engine's floor).
+    params = [x] + ws + bs
+    with torch.no_grad():
+        if args.op == "mlp":
+            saved = torch.ops.hypatia._fused_mlp_forward.default(x, ws, bs, False)[:-1]
+            has_bias = [True] * len(ws)
+            backward = lambda: torch.ops.hypatia._fused_mlp_backward.default(  # noqa: E731
+                gout, x, ws, saved, has_bias, False, True, True)
+        else:
+            _, mask = torch.ops.hypatia._fused_linear_relu_masked.default(x, ws[0], bs[0])
+            backward = lambda: torch.ops.hypatia._fused_linear_relu_backward.default(  # noqa: E731
+                gout, x, ws[0], mask, True, True, True)
+    parts = {
+        "hypatia fwd+bwd": (lambda: torch.autograd.grad(forward(), params, gout), True),
+        "eager fwd+bwd": (lambda: torch.autograd.grad(eager(), params, gout), True),
+        "hypatia forward recording the graph": (forward, True),
+        "hypatia backward op alone": (backward, False),
+        "autograd.grad of x * 1": (lambda: torch.autograd.grad(x * 1, x, x), True),
+    }
+    print("== host us per call: " + ", ".join(
+        f"{name} {host_us_per_call(fn, args.iters, grad):.1f}" for name, (fn, grad) in parts.items()))
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -57,7 +80,8 @@ def main():
     p.add_argument("--op", default="mlp", choices=["mlp", "linear_relu"])
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--host", action="store_true",
-                   help="also: host time per forward call of hypatia, eager and (linear_relu) _addmm_activation")
+                   help="also: host time per call of hypatia, eager and (linear_relu) _addmm_activation, forward "
+                        "and forward + backward, and of the backward's parts")
     args = p.parse_args()
     dtype = getattr(torch, args.dtype)
     widths = [int(w) for w in args.widths.split(",")]
@@ -79,7 +103,7 @@ def main():
         torch.autograd.grad(forward(), [x] + ws + bs, gout)
 
     if args.host:
-        host_breakdown(args, forward, x, ws, bs)
+        host_breakdown(args, forward, x, ws, bs, gout)
     for name, fn in [("fwd", fwd), ("fwd+bwd", fwd_bwd)]:
         for _ in range(5):
             fn()

@@ -26,6 +26,7 @@
 #include <ATen/ops/mm.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/threshold_backward.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
@@ -346,12 +347,14 @@ class LtPlan {
 // is cached. Returns false when `aten` should run instead: chosen as fastest, no candidate, or
 // none chosen yet while the stream is captured into a CUDA graph (whose capture forbids the
 // host syncs of probing and timing; the choice is made on a later, uncaptured call).
-template <typename Aten, typename Acceptable>
-bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& acceptable) {
+// `prepare` makes what only the plan reads (ATen's way does without it), before its first run.
+template <typename Aten, typename Acceptable, typename Prepare>
+bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& acceptable, const Prepare& prepare) {
   if (const std::optional<AlgoChoice> cached = algo_cache().find(plan.key())) {
     if (cached->use_aten) {
       return false;
     }
+    prepare();
     HYPATIA_CUBLAS_CHECK(plan.run(cached->algo));
     return true;
   }
@@ -368,6 +371,7 @@ bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& accepta
   });
   std::string timings = "aten " + std::to_string(best_ms) + " ms, candidates";
   int index = 0, chosen = -1;
+  prepare();
   for (const cublasLtMatmulAlgo_t& algo : plan.candidates()) {
     const int i = index++;
     if (!acceptable(algo)) {
@@ -398,6 +402,11 @@ bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& accepta
   }
   HYPATIA_CUBLAS_CHECK(plan.run(best.algo));
   return true;
+}
+
+template <typename Aten, typename Acceptable>
+bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& acceptable) {
+  return run_fastest(plan, aten, acceptable, [] {});
 }
 
 // For problems without an epilogue whose results a probe must vet.
@@ -527,13 +536,10 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
     const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
   const at::Tensor g = grad2d.contiguous(), wc = w.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = wc.size(1);
-  // The ReLU's mask as bits, read by the DRELU epilogue and by ATen's way alike.
-  const int64_t row_bytes = relu_mask_row_bytes(K).expect_int();
-  at::Tensor bits = at::empty({M, row_bytes}, g.options().dtype(at::kByte));
-  pack_relu_mask_cuda(relu_out2d.contiguous(), bits);
+  // ATen's way: the (tuned) input-gradient GEMM, then eager's ReLU backward on the saved output.
   std::pair<at::Tensor, at::Tensor> aten_result;
   auto aten = [&] {
-    at::Tensor grad = relu_mask_backward_cuda(at::mm(g, wc), bits);
+    at::Tensor grad = at::threshold_backward(input_grad_cuda(g, wc), relu_out2d, 0);
     at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
     aten_result = {std::move(grad), std::move(grad_bias)};
   };
@@ -541,6 +547,10 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
     aten();
     return aten_result;
   }
+  // The ReLU's mask as bits, which the DRELU epilogue reads: packed only when that runs.
+  const int64_t row_bytes = relu_mask_row_bytes(K).expect_int();
+  at::Tensor bits = at::empty({M, row_bytes}, g.options().dtype(at::kByte));
+  auto pack_bits = [&] { pack_relu_mask_cuda(relu_out2d.contiguous(), bits); };
   at::Tensor grad_input = at::empty({M, K}, g.options());
   at::Tensor grad_bias = bias_grad ? at::empty({K}, g.options()) : at::Tensor();
   // As input_grad_cuda, with the ReLU's bits applied to D and (DRELU_BGRAD) D summed over its
@@ -574,7 +584,7 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
     return probe->run(algo) == CUBLAS_STATUS_SUCCESS && d_p[0].eq(0).all().item<bool>() &&
         (M == 1 || d_p[1].isnan().all().item<bool>());
   };
-  if (run_fastest(plan, aten, as_eager)) {
+  if (run_fastest(plan, aten, as_eager, pack_bits)) {
     return {grad_input, grad_bias};
   }
   aten();
