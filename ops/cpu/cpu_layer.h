@@ -10,6 +10,7 @@ namespace hypatia::ops {
 struct CpuLayer {
   at::Tensor weight_t;   // [K, N]
   OptionalTensor bias;   // [N] or empty
+  at::Tensor packed;     // the float32 weight packed for narrow_gemm_act (ops/cpu/narrow_gemm.h), or undefined
   bool widened = false;  // a half-precision layer computed in float32
   bool relu = false;
 };
@@ -18,7 +19,9 @@ struct CpuLayer {
 // native GEMM for it and would emulate one ~10x slower than float32.
 bool computes_widened(at::ScalarType dtype);
 
-CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu);
+// for_forward: also pack the weight where run_cpu_layer takes the narrow kernel (the backward
+// only multiplies by weight_t).
+CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, bool for_forward = true);
 
 // out_rows = act(x_rows @ layer.weight_t + bias), out_rows in x_rows' dtype.
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows);

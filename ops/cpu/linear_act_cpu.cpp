@@ -1,7 +1,10 @@
-// CPU: act(x @ w.T + b) with the GEMM in ATen's BLAS and bias + ReLU applied to each row block
-// straight after its GEMM, while the block is still in cache. fused_linear_relu's compute-bound
-// float32 layers take one oneDNN inner product instead (below).
+// CPU: act(x @ w.T + b) by row blocks: narrow float32 layers (and widened half-precision ones) by
+// the AVX2 kernel of narrow_gemm.h, bias and ReLU in its registers; the others with the GEMM in
+// ATen's BLAS and bias + ReLU applied to each row block straight after its GEMM, while the block is
+// still in cache. fused_linear_relu's compute-bound float32 layers take one oneDNN inner product
+// instead (below).
 #include "ops/cpu/cpu_layer.h"
+#include "ops/cpu/narrow_gemm.h"
 #include "ops/cpu/row_blocks.h"
 
 #include "ops/checks.h"
@@ -57,11 +60,19 @@ std::optional<at::Tensor> onednn_linear(const at::Tensor& x2d, const at::Tensor&
 
 }  // namespace
 
+#ifdef HYPATIA_WITH_AVX2_GEMM
+// Here, not beside the kernel: code of that file may hold AVX2 instructions.
+bool narrow_gemm_supported() {
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+}
+#endif
+
 bool computes_widened(at::ScalarType dtype) {
   return at::isReducedFloatingType(dtype) && !native_half_gemm(dtype);
 }
 
-CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu) {
+CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, bool for_forward) {
   CpuLayer layer;
   layer.relu = relu;
   // Widened layers keep the fp32 accumulation and round once, when the block is stored.
@@ -74,21 +85,55 @@ CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool re
     layer.weight_t = w.t();
     layer.bias = has_bias ? b : std::nullopt;
   }
+#ifdef HYPATIA_WITH_AVX2_GEMM
+  const int64_t out_features = w.size(0), in_features = w.size(1);
+  if (for_forward && layer.weight_t.scalar_type() == at::kFloat && out_features <= kNarrowGemmMaxWidth &&
+      in_features <= kNarrowGemmMaxWidth && narrow_gemm_supported()) {
+    const at::Tensor w_float = layer.weight_t.t().contiguous();
+    layer.packed = at::empty({narrow_packed_floats(out_features, in_features)}, w_float.options());
+    pack_narrow_weight(w_float.data_ptr<float>(), in_features, out_features, in_features, layer.packed.data_ptr<float>());
+    if (layer.bias) {
+      layer.bias = layer.bias->contiguous();
+    }
+  }
+#endif
   return layer;
 }
 
+namespace {
+
+// run_cpu_layer's narrow kernel, its rows spread over the threads (inline inside a parallel task).
+// Only layers that prepare_cpu_layer packed come here, so never without the kernel.
+void run_narrow_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& acc) {
+#ifdef HYPATIA_WITH_AVX2_GEMM
+  const at::Tensor x = x_rows.stride(1) == 1 ? x_rows : x_rows.contiguous();
+  const int64_t rows = x.size(0), in_features = x.size(1), out_features = acc.size(1);
+  const float* bias = layer.bias ? layer.bias->data_ptr<float>() : nullptr;
+  const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / std::max<int64_t>(1, in_features * out_features));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    narrow_gemm_act(x.data_ptr<float>() + begin * x.stride(0), x.stride(0), end - begin, in_features,
+                    layer.packed.data_ptr<float>(), bias, out_features, layer.relu,
+                    acc.data_ptr<float>() + begin * acc.stride(0), acc.stride(0));
+  });
+#endif
+}
+
+}  // namespace
+
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows) {
   const at::Tensor lhs = layer.widened ? x_rows.to(at::kFloat) : x_rows;
-  at::Tensor acc = layer.widened ? at::empty(out_rows.sizes(), lhs.options()) : out_rows;
-  if (layer.bias) {
+  at::Tensor acc = layer.widened || out_rows.stride(1) != 1 ? at::empty(out_rows.sizes(), lhs.options()) : out_rows;
+  if (layer.packed.defined()) {
+    run_narrow_gemm(layer, lhs, acc);  // bias and ReLU included
+  } else if (layer.bias) {
     at::addmm_out(acc, *layer.bias, lhs, layer.weight_t);
   } else {
     at::mm_out(acc, lhs, layer.weight_t);
   }
-  if (layer.relu) {
+  if (layer.relu && !layer.packed.defined()) {
     at::relu_(acc);  // NaN stays NaN, as in eager; and relu commutes with the rounding below
   }
-  if (layer.widened) {
+  if (!acc.is_same(out_rows)) {
     out_rows.copy_(acc);
   }
 }

@@ -182,3 +182,52 @@ def test_output_is_new_memory(device):
     w = torch.eye(4, device=device)
     out = torch.ops.hypatia.fused_linear_relu(x, w)
     assert out.data_ptr() != x.data_ptr() and out.is_contiguous()
+
+
+NARROW_KERNEL_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 97])
+@pytest.mark.parametrize("kn", [(1, 1), (3, 4), (17, 16), (63, 9), (40, 33), (64, 64), (200, 250), (256, 256)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cpu_narrow_float32_layers(rows, kn, bias):
+    """The CPU's own kernel for layers up to 256 wide: tiles of 6 rows x 16 columns, with short
+    strips of rows and panels of columns; x rows read in place at their own stride."""
+    torch.manual_seed(rows)
+    k, n = kn
+    x = torch.randn(rows, k + 5)[:, 2:k + 2]  # a row stride that is not k
+    w, b = layer(k, n, torch.float32, "cpu", bias)
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    assert out.shape == (rows, n) and out.is_contiguous()
+    # Elementwise: a one-row ReLU output may be all zeros, where a relative norm is undefined.
+    torch.testing.assert_close(out.double(), reference_linear_relu(x, w, b), rtol=1e-5, atol=1e-5)
+    ws = [w, layer(n, k, torch.float32, "cpu")[0]]
+    out = torch.ops.hypatia.fused_mlp(x, ws, [b, None], False)
+    torch.testing.assert_close(out.double(), reference_mlp(x, ws, [b, None], False), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_narrow_float32_layers_keep_nan_and_inf():
+    torch.manual_seed(5)
+    x = torch.randn(13, 20)
+    x[6, 3], x[12, 0], x[7, 1] = float("nan"), float("inf"), -float("inf")  # a full strip and the short one
+    w, b = layer(20, 9, torch.float32, "cpu")
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    assert out[6].isnan().all()
+    torch.testing.assert_close(out, F.relu(F.linear(x, w, b)), equal_nan=True)
+
+
+@pytest.mark.skipif(not NARROW_KERNEL_CPU, reason="the narrow CPU kernel needs AVX2")
+@pytest.mark.parametrize("mkn, narrow", [((4096, 64, 64), True), ((100, 256, 256), True), ((4096, 64, 257), False),
+                                         ((4096, 257, 64), False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_narrow_layers_take_their_own_kernel(mkn, narrow, dtype):
+    """Layers up to 256 wide run no BLAS call (bias and ReLU in the kernel's registers); wider, MKL."""
+    if dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("bfloat16 layers run oneDNN's native bf16 GEMM on this CPU")
+    m, k, n = mkn
+    x, (w, b) = torch.randn(m, k).to(dtype), layer(k, n, dtype, "cpu")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = torch.ops.hypatia.fused_mlp(x, [w], [b], True)
+    gemms = {e.name for e in prof.events()} & {"aten::addmm", "aten::mm"}
+    assert (not gemms) == narrow, gemms
+    assert rel_error(out, reference_linear_relu(x, w, b)) < TOLERANCE[dtype]
