@@ -33,24 +33,17 @@ void tile6(const float* x, int64_t ldx, int64_t k, const float* panel, __m256 (&
   for (int64_t kk = 0; kk < k; ++kk) {
     const __m256 w_lo = _mm256_loadu_ps(panel + kk * kNarrowGemmPanel);
     const __m256 w_hi = _mm256_loadu_ps(panel + kk * kNarrowGemmPanel + 8);
-    __m256 a = _mm256_broadcast_ss(x0 + kk);
-    c00 = _mm256_fmadd_ps(a, w_lo, c00);
-    c01 = _mm256_fmadd_ps(a, w_hi, c01);
-    a = _mm256_broadcast_ss(x1 + kk);
-    c10 = _mm256_fmadd_ps(a, w_lo, c10);
-    c11 = _mm256_fmadd_ps(a, w_hi, c11);
-    a = _mm256_broadcast_ss(x2 + kk);
-    c20 = _mm256_fmadd_ps(a, w_lo, c20);
-    c21 = _mm256_fmadd_ps(a, w_hi, c21);
-    a = _mm256_broadcast_ss(x3 + kk);
-    c30 = _mm256_fmadd_ps(a, w_lo, c30);
-    c31 = _mm256_fmadd_ps(a, w_hi, c31);
-    a = _mm256_broadcast_ss(x4 + kk);
-    c40 = _mm256_fmadd_ps(a, w_lo, c40);
-    c41 = _mm256_fmadd_ps(a, w_hi, c41);
-    a = _mm256_broadcast_ss(x5 + kk);
-    c50 = _mm256_fmadd_ps(a, w_lo, c50);
-    c51 = _mm256_fmadd_ps(a, w_hi, c51);
+    auto row = [&](const float* xr, __m256& lo, __m256& hi) {
+      const __m256 a = _mm256_broadcast_ss(xr + kk);
+      lo = _mm256_fmadd_ps(a, w_lo, lo);
+      hi = _mm256_fmadd_ps(a, w_hi, hi);
+    };
+    row(x0, c00, c01);
+    row(x1, c10, c11);
+    row(x2, c20, c21);
+    row(x3, c30, c31);
+    row(x4, c40, c41);
+    row(x5, c50, c51);
   }
   acc[0] = c00, acc[1] = c01, acc[2] = c10, acc[3] = c11, acc[4] = c20, acc[5] = c21;
   acc[6] = c30, acc[7] = c31, acc[8] = c40, acc[9] = c41, acc[10] = c50, acc[11] = c51;
