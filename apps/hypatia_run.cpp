@@ -38,7 +38,8 @@ constexpr const char* kUsage =
     "  --fuse          also run a copy rewritten by hypatia::fuse and compare it with MODEL.pt\n"
     "  --freeze        freeze first (torch::jit::freeze); with --fuse both sides are frozen\n"
     "  --no-mlp        with --fuse: only fused_linear_relu, no fused_mlp chains\n"
-    "  --compare F     also run the model in file F (e.g. written by hypatia-fuse) and compare\n"
+    "  --compare F     also run the model in file F (e.g. written by hypatia-fuse) and compare;\n"
+    "                  the two are timed in 5 rounds that take turns, --iters calls each in all\n"
     "  --features N    input features (default: inferred from the model's first layer)\n"
     "  --threads N     intra-op CPU threads (at::set_num_threads and OMP_NUM_THREADS)\n";
 
@@ -235,17 +236,15 @@ at::Tensor forward(torch::jit::Module& module, const at::Tensor& input) {
   return out.toTensor();
 }
 
-// Median of `iters` timed forwards after `warmup` untimed ones. CUDA is timed with events on
-// the current stream, so the figure is the device time of a forward, launches included.
-Run time_forward(torch::jit::Module& module, const at::Tensor& input, const Options& opt) {
-  for (int64_t i = 0; i < opt.warmup; ++i) forward(module, input);
-  std::vector<double> ms;
-  Run run;
+// Appends the ms of `calls` timed forwards to `ms`. CUDA is timed with events on the current
+// stream, so the figure is the device time of a forward, launches included.
+void time_calls(torch::jit::Module& module, const at::Tensor& input, const Options& opt, int64_t calls, Run& run,
+                std::vector<double>& ms) {
   if (opt.device.is_cuda()) {
     const auto* impl = c10::impl::getDeviceGuardImpl(c10::kCUDA);
     const c10::Stream stream = impl->getStream(opt.device);
     torch::cuda::synchronize();
-    for (int64_t i = 0; i < opt.iters; ++i) {
+    for (int64_t i = 0; i < calls; ++i) {
       c10::Event start(c10::kCUDA, c10::EventFlag::BACKEND_DEFAULT);
       c10::Event stop(c10::kCUDA, c10::EventFlag::BACKEND_DEFAULT);
       start.record(stream);
@@ -255,17 +254,39 @@ Run time_forward(torch::jit::Module& module, const at::Tensor& input, const Opti
       ms.push_back(start.elapsedTime(stop));
     }
   } else {
-    for (int64_t i = 0; i < opt.iters; ++i) {
+    for (int64_t i = 0; i < calls; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       run.output = forward(module, input);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  run.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  run.min_ms = ms.front();
-  return run;
+}
+
+// Median and min of `iters` timed forwards of each model after `warmup` untimed ones, timed in
+// kRounds rounds that take turns (the first model's calls, the second's, the first's again...),
+// so that a slow spell of a shared machine falls on both alike.
+constexpr int64_t kRounds = 5;
+
+std::vector<Run> time_forwards(const std::vector<torch::jit::Module*>& modules, const at::Tensor& input,
+                               const Options& opt) {
+  std::vector<Run> runs(modules.size());
+  std::vector<std::vector<double>> ms(modules.size());
+  for (torch::jit::Module* module : modules) {
+    for (int64_t i = 0; i < opt.warmup; ++i) forward(*module, input);
+  }
+  for (int64_t round = 0; round < kRounds; ++round) {
+    const int64_t calls = opt.iters * (round + 1) / kRounds - opt.iters * round / kRounds;  // opt.iters in all
+    for (size_t m = 0; m < modules.size(); ++m) {
+      time_calls(*modules[m], input, opt, calls, runs[m], ms[m]);
+    }
+  }
+  for (size_t m = 0; m < modules.size(); ++m) {
+    std::sort(ms[m].begin(), ms[m].end());
+    const size_t n = ms[m].size();
+    runs[m].median_ms = n % 2 ? ms[m][n / 2] : 0.5 * (ms[m][n / 2 - 1] + ms[m][n / 2]);
+    runs[m].min_ms = ms[m].front();
+  }
+  return runs;
 }
 
 void print_run(const std::string& label, const Run& run, const NodeCounts& nodes) {
@@ -313,11 +334,12 @@ int run_main(const Options& opt) {
               opt.device.str().c_str(), at::get_num_threads(), static_cast<long long>(opt.batch),
               static_cast<long long>(*features), static_cast<long long>(opt.warmup),
               static_cast<long long>(opt.iters));
-  const Run base = time_forward(model, input, opt);
+  const std::vector<Run> runs = other ? time_forwards({&model, &*other}, input, opt) : time_forwards({&model}, input, opt);
+  const Run& base = runs.front();
   print_run(opt.freeze ? "original (frozen)" : "original", base, hypatia_nodes(model));
   if (!other) return 0;
 
-  const Run cand = time_forward(*other, input, opt);
+  const Run& cand = runs.back();
   print_run(other_label, cand, hypatia_nodes(*other));
   if (report) {
     std::printf("fusion report: linear_relu=%d mlp=%d mlp_layers=%d skipped=%zu\n", report->linear_relu,

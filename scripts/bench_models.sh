@@ -18,7 +18,7 @@ fi
 shift || true
 threads=("$@")
 [ "${#threads[@]}" -gt 0 ] || threads=("")
-if [ "$device" = cuda ]; then iters=200; else iters=20; fi
+if [ "$device" = cuda ]; then iters=200; else iters=50; fi
 
 models="$build/demo-models"
 "$HYPATIA_PY" "$root/models/export.py" --out "$models" --models mlp_classifier narrow_mlp --variants frozen

@@ -87,8 +87,8 @@ CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool re
   }
 #ifdef HYPATIA_WITH_AVX2_GEMM
   const int64_t out_features = w.size(0), in_features = w.size(1);
-  if (for_forward && layer.weight_t.scalar_type() == at::kFloat && out_features <= kNarrowGemmMaxWidth &&
-      in_features <= kNarrowGemmMaxWidth && narrow_gemm_supported()) {
+  if (for_forward && layer.weight_t.scalar_type() == at::kFloat && out_features <= kNarrowGemmMaxOut &&
+      in_features <= kNarrowGemmMaxIn && narrow_gemm_supported()) {
     const at::Tensor w_float = layer.weight_t.t().contiguous();
     layer.packed = at::empty({narrow_packed_floats(out_features, in_features)}, w_float.options());
     pack_narrow_weight(w_float.data_ptr<float>(), in_features, out_features, in_features, layer.packed.data_ptr<float>());

@@ -1,5 +1,5 @@
 #pragma once
-// out = act(x @ w.T + b) for narrow float32 layers (in and out features <= kNarrowGemmMaxWidth) by a
+// out = act(x @ w.T + b) for narrow float32 layers (in and out features <= 256) by a
 // register-tiled AVX2/FMA kernel: the bias is each accumulator's start and the ReLU is applied in
 // registers, so a row block's output is written once and the x rows are read in place (a BLAS call
 // packs them first; measured on this project's 2-core AMD EPYC at 64x64, MKL's sgemm ran 66-71
@@ -10,7 +10,11 @@
 
 namespace hypatia::ops {
 
-constexpr int64_t kNarrowGemmMaxWidth = 256;
+// In features (a short strip's zero-padded x rows live on the stack) and out features. Wider, the
+// per-call weight packing (and its allocation) cost more than the kernel gained over MKL: measured
+// 0.97x eager at 256x256->512.
+constexpr int64_t kNarrowGemmMaxIn = 256;
+constexpr int64_t kNarrowGemmMaxOut = 256;
 constexpr int64_t kNarrowGemmPanel = 16;  // output columns per packed panel
 
 // Whether this CPU runs the kernel (AVX2 and FMA), asked once; in ops/cpu/linear_act_cpu.cpp.

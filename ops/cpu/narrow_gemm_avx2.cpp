@@ -82,14 +82,46 @@ void strip(const float* x, int64_t ldx, int rows, int64_t k, const float* panel,
   }
 }
 
+// dst row i (of 8, `ldd` apart) = column i of the 8x8 block at src (rows `ld` apart).
+void transpose8x8(const float* src, int64_t ld, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm256_loadu_ps(src + i * ld);
+  }
+  for (int i = 0; i < 8; i += 2) {  // pairs of rows interleaved
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // then quadruples: each 128-bit lane holds 4 rows of one column
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {  // rows 0-3 of column c in r[c % 4]'s lane c / 4, rows 4-7 in r[4 + c % 4]'s
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
 }  // namespace
 
 void pack_narrow_weight(const float* w, int64_t ldw, int64_t n, int64_t k, float* packed) {
   std::memset(packed, 0, (n + kNarrowGemmPanel - 1) / kNarrowGemmPanel * k * kNarrowGemmPanel * sizeof(float));
-  for (int64_t j = 0; j < n; ++j) {
-    float* column = packed + (j / kNarrowGemmPanel) * k * kNarrowGemmPanel + j % kNarrowGemmPanel;
-    for (int64_t kk = 0; kk < k; ++kk) {
-      column[kk * kNarrowGemmPanel] = w[j * ldw + kk];
+  // By halves of panels, 8 output columns (rows of w) each: 8x8 blocks transposed in registers,
+  // the ragged edges one element at a time.
+  for (int64_t j = 0; j < n; j += 8) {
+    float* half = packed + (j / kNarrowGemmPanel) * k * kNarrowGemmPanel + j % kNarrowGemmPanel;
+    int64_t kk = 0;
+    if (j + 8 <= n) {
+      for (; kk + 8 <= k; kk += 8) {
+        transpose8x8(w + j * ldw + kk, ldw, half + kk * kNarrowGemmPanel, kNarrowGemmPanel);
+      }
+    }
+    for (; kk < k; ++kk) {
+      for (int64_t c = 0; c < min(8, n - j); ++c) {
+        half[kk * kNarrowGemmPanel + c] = w[(j + c) * ldw + kk];
+      }
     }
   }
 }
@@ -98,7 +130,7 @@ void narrow_gemm_act(
     const float* x, int64_t ldx, int64_t rows, int64_t k, const float* packed, const float* bias, int64_t n,
     bool relu, float* out, int64_t ldo) {
   // Row strips outside, panels inside: a strip's x rows stay in L1 across every panel.
-  float padded[kTileRows * kNarrowGemmMaxWidth];
+  float padded[kTileRows * kNarrowGemmMaxIn];
   for (int64_t r = 0; r < rows; r += kTileRows) {
     const int strip_rows = static_cast<int>(min(kTileRows, rows - r));
     if (strip_rows < kTileRows) {
