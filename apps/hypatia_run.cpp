@@ -334,7 +334,8 @@ int run_main(const Options& opt) {
               opt.device.str().c_str(), at::get_num_threads(), static_cast<long long>(opt.batch),
               static_cast<long long>(*features), static_cast<long long>(opt.warmup),
               static_cast<long long>(opt.iters));
-  const std::vector<Run> runs = other ? time_forwards({&model, &*other}, input, opt) : time_forwards({&model}, input, opt);
+  const std::vector<Run> runs =
+      other ? time_forwards({&model, &*other}, input, opt) : time_forwards({&model}, input, opt);
   const Run& base = runs.front();
   print_run(opt.freeze ? "original (frozen)" : "original", base, hypatia_nodes(model));
   if (!other) return 0;

@@ -91,7 +91,8 @@ CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool re
       in_features <= kNarrowGemmMaxIn && narrow_gemm_supported()) {
     const at::Tensor w_float = layer.weight_t.t().contiguous();
     layer.packed = at::empty({narrow_packed_floats(out_features, in_features)}, w_float.options());
-    pack_narrow_weight(w_float.data_ptr<float>(), in_features, out_features, in_features, layer.packed.data_ptr<float>());
+    pack_narrow_weight(
+        w_float.data_ptr<float>(), in_features, out_features, in_features, layer.packed.data_ptr<float>());
     if (layer.bias) {
       layer.bias = layer.bias->contiguous();
     }
@@ -109,7 +110,8 @@ void run_narrow_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor
   const at::Tensor x = x_rows.stride(1) == 1 ? x_rows : x_rows.contiguous();
   const int64_t rows = x.size(0), in_features = x.size(1), out_features = acc.size(1);
   const float* bias = layer.bias ? layer.bias->data_ptr<float>() : nullptr;
-  const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / std::max<int64_t>(1, in_features * out_features));
+  const int64_t macs_per_row = std::max<int64_t>(1, in_features * out_features);
+  const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / macs_per_row);
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     narrow_gemm_act(x.data_ptr<float>() + begin * x.stride(0), x.stride(0), end - begin, in_features,
                     layer.packed.data_ptr<float>(), bias, out_features, layer.relu,
@@ -122,7 +124,8 @@ void run_narrow_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor
 
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows) {
   const at::Tensor lhs = layer.widened ? x_rows.to(at::kFloat) : x_rows;
-  at::Tensor acc = layer.widened || out_rows.stride(1) != 1 ? at::empty(out_rows.sizes(), lhs.options()) : out_rows;
+  const bool in_place = !layer.widened && out_rows.stride(1) == 1;
+  at::Tensor acc = in_place ? out_rows : at::empty(out_rows.sizes(), lhs.options());
   if (layer.packed.defined()) {
     run_narrow_gemm(layer, lhs, acc);  // bias and ReLU included
   } else if (layer.bias) {

@@ -1,18 +1,17 @@
 #pragma once
 // out = act(x @ w.T + b) for narrow float32 layers (in and out features <= 256) by a
 // register-tiled AVX2/FMA kernel: the bias is each accumulator's start and the ReLU is applied in
-// registers, so a row block's output is written once and the x rows are read in place (a BLAS call
-// packs them first; measured on this project's 2-core AMD EPYC at 64x64, MKL's sgemm ran 66-71
-// GFLOP/s where one core peaks near 90). Pure C++ on raw pointers: narrow_gemm_avx2.cpp is compiled
+// registers, so a row block's output is written once and the x rows are read in place, where BLAS
+// packs them first and the bias and ReLU take passes of their own (the difference is measured by
+// docs/perf/cpu-2026-11-23-edf0600/narrow-ab.py). Pure C++ on raw pointers: narrow_gemm_avx2.cpp is compiled
 // with -mavx2 -mfma and must share no inline code with the rest of the library, which runs on CPUs
 // without them.
 #include <cstdint>
 
 namespace hypatia::ops {
 
-// In features (a short strip's zero-padded x rows live on the stack) and out features. Wider, the
-// per-call weight packing (and its allocation) cost more than the kernel gained over MKL: measured
-// 0.97x eager at 256x256->512.
+// In features (a short strip's zero-padded x rows live on the stack) and out features. Wider layers
+// stay with MKL, whose rate rises with the size while this kernel packs the weight on every call.
 constexpr int64_t kNarrowGemmMaxIn = 256;
 constexpr int64_t kNarrowGemmMaxOut = 256;
 constexpr int64_t kNarrowGemmPanel = 16;  // output columns per packed panel

@@ -29,7 +29,8 @@ __m256i first_lanes(int64_t count) {
 void tile6(const float* x, int64_t ldx, int64_t k, const float* panel, __m256 (&acc)[2 * kTileRows]) {
   __m256 c00 = acc[0], c01 = acc[1], c10 = acc[2], c11 = acc[3], c20 = acc[4], c21 = acc[5];
   __m256 c30 = acc[6], c31 = acc[7], c40 = acc[8], c41 = acc[9], c50 = acc[10], c51 = acc[11];
-  const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx, *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;
+  const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx;
+  const float *x3 = x + 3 * ldx, *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;
   for (int64_t kk = 0; kk < k; ++kk) {
     const __m256 w_lo = _mm256_loadu_ps(panel + kk * kNarrowGemmPanel);
     const __m256 w_hi = _mm256_loadu_ps(panel + kk * kNarrowGemmPanel + 8);
@@ -51,8 +52,8 @@ void tile6(const float* x, int64_t ldx, int64_t k, const float* panel, __m256 (&
 
 // Output rows [0, rows) (rows <= 6), columns [0, cols) of the panel's tile from x rows [0, rows).
 // A short strip runs on a zero-padded copy of its x rows, and stores only its rows.
-void strip(const float* x, int64_t ldx, int rows, int64_t k, const float* panel, const float* bias, int64_t cols,
-           bool relu, float* out, int64_t ldo, float* padded) {
+void strip(const float* x, int64_t ldx, int rows, int64_t k, const float* panel, const float* bias,
+           int64_t cols, bool relu, float* out, int64_t ldo, float* padded) {
   const __m256i mask_lo = first_lanes(cols), mask_hi = first_lanes(cols - 8);
   const __m256 b_lo = bias ? _mm256_maskload_ps(bias, mask_lo) : _mm256_setzero_ps();
   const __m256 b_hi = bias ? _mm256_maskload_ps(bias + 8, mask_hi) : _mm256_setzero_ps();
@@ -107,7 +108,8 @@ void transpose8x8(const float* src, int64_t ld, float* dst, int64_t ldd) {
 }  // namespace
 
 void pack_narrow_weight(const float* w, int64_t ldw, int64_t n, int64_t k, float* packed) {
-  std::memset(packed, 0, (n + kNarrowGemmPanel - 1) / kNarrowGemmPanel * k * kNarrowGemmPanel * sizeof(float));
+  const int64_t panels = (n + kNarrowGemmPanel - 1) / kNarrowGemmPanel;
+  std::memset(packed, 0, panels * k * kNarrowGemmPanel * sizeof(float));
   // By halves of panels, 8 output columns (rows of w) each: 8x8 blocks transposed in registers,
   // the ragged edges one element at a time.
   for (int64_t j = 0; j < n; j += 8) {
