@@ -128,13 +128,15 @@ void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& 
   at::Tensor acc = in_place ? out_rows : at::empty(out_rows.sizes(), lhs.options());
   if (layer.packed.defined()) {
     run_narrow_gemm(layer, lhs, acc);  // bias and ReLU included
-  } else if (layer.bias) {
-    at::addmm_out(acc, *layer.bias, lhs, layer.weight_t);
   } else {
-    at::mm_out(acc, lhs, layer.weight_t);
-  }
-  if (layer.relu && !layer.packed.defined()) {
-    at::relu_(acc);  // NaN stays NaN, as in eager; and relu commutes with the rounding below
+    if (layer.bias) {
+      at::addmm_out(acc, *layer.bias, lhs, layer.weight_t);
+    } else {
+      at::mm_out(acc, lhs, layer.weight_t);
+    }
+    if (layer.relu) {
+      at::relu_(acc);  // NaN stays NaN, as in eager; and relu commutes with the rounding below
+    }
   }
   if (!acc.is_same(out_rows)) {
     out_rows.copy_(acc);
