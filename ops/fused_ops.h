@@ -167,8 +167,9 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
 bool narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     at::TensorList outputs);
-// fused_mlp_backward_with's result (2-D grad_input) from two kernels: the ReLU masks, dgrads and
-// bias sums of all layers, then all weight gradients; nullopt, doing nothing, on shapes it does not cover.
+// fused_mlp_backward_with's result (2-D grad_input) from one kernel (ReLU masks, dgrads, bias and
+// weight-gradient sums of all layers), plus a second for the weight gradients whose fp32 sums do not
+// fit in its shared memory; nullopt, doing nothing, on shapes it does not cover.
 std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     const at::Tensor& grad_out2d, const at::Tensor& input2d, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);

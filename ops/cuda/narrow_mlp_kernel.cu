@@ -1,13 +1,13 @@
 // fused_mlp for narrow layers (every width a multiple of 16, at most 128; half or bfloat16): the
-// forward as ONE kernel, the backward as two (the chain through the layers, then every layer's
-// weight gradient). Every forward and chain CTA copies all layers' weights into shared memory once;
-// each warp then walks tiles of 16 * kMT rows and keeps a tile's activations in registers from
-// layer to layer: the fp32 accumulator fragment of mma.m16n8k16, rounded to the storage dtype as
-// eager rounds each layer's output, is exactly the A fragment of the next layer's mma. So the
-// forward reads the input once and writes the output once (and, in training, each hidden output,
-// which the backward needs); the backward reads grad_out and the saved outputs (for the ReLU masks)
-// once, writes each layer's masked gradient for the weight-gradient kernel, and sums the bias
-// gradients on chip.
+// forward as ONE kernel, the backward as one too where every layer's fp32 weight-gradient sums fit
+// in shared memory beside the weights (else the layers that do not fit go to a second kernel).
+// Every forward and backward CTA copies all layers' weights into shared memory once; each warp then
+// walks tiles of 16 * kMT rows and keeps a tile's activations in registers from layer to layer: the
+// fp32 accumulator fragment of mma.m16n8k16, rounded to the storage dtype as eager rounds each
+// layer's output, is exactly the A fragment of the next layer's mma. So the forward reads the input
+// once and writes the output once (and, in training, each hidden output, which the backward needs);
+// the backward reads grad_out, the input and the saved outputs (for the ReLU masks) once, writes
+// grad_input, and sums the weight and bias gradients on chip.
 #include "ops/fused_ops.h"
 
 #include <ATen/core/Tensor.h>
@@ -38,6 +38,11 @@ constexpr int kThreads = kWarps * 32;
 // Elements added to each shared-memory row: rows then start 16 bytes apart modulo 128, so the 8
 // rows that one ldmatrix reads, and the 8 rows a warp's fragment stores touch, hit different banks.
 constexpr int kPad = 8;
+// Tile buffers per warp that the backward kernel's loads cycle through. One: a load streams in
+// during the mmas before its use. Two (loading one tile further ahead, across layers and chunks)
+// measured slower on the H100: the third buffer per warp costs the 8-layer kernel its second CTA
+// per SM (docs/perf/2026-11-23-h100-fused-wgrad/ab-ring.log).
+constexpr int kSlots = 1;
 
 // What both kernels read of the layers: widths and weights ([width[l+1], width[l]] row-major), and
 // where each weight sits in shared memory ([width[l+1], width[l] + kPad]).
@@ -65,15 +70,26 @@ struct ForwardParams {
 struct BackwardParams {
   Layers layers;
   const void* grad_out;           // [rows, width[count]]
+  const void* x;                  // [rows, width[0]]: read where layer 0's weight gradient is summed here
   const void* out[kMaxLayers];    // saved output of layer l (after its ReLU) where bit l of relu_mask is set
-  void* grad_pre[kMaxLayers];     // written: the gradient w.r.t. layer l's output before its ReLU, or nullptr
+  void* grad_pre[kMaxLayers];     // written for the wgrad kernel: the gradient w.r.t. layer l's output before its ReLU, or nullptr
   void* grad_input;               // written: [rows, width[0]], or nullptr
   float* bias_grad;               // the CTAs' sums (fp32, bias_grad_floats of them, then a done-counter; zeroed by the host)
   void* bias_grad_out[kMaxLayers];   // layer l's bias gradient in the storage dtype (written by the last CTA), or nullptr
   int bias_grad_offset[kMaxLayers];  // floats into bias_grad (and the CTA's shared sums) for layer l, or -1
   int bias_grad_floats;
   int bias_sum_offset;            // bytes: the CTA's fp32 bias sums in shared memory
-  int warp_offset;                // bytes: each warp's two tile buffers (loads, then stores) start here
+  // Weight gradients summed here: layer l's CTA sums (fp32, [tile][lane][4], N * K floats) start
+  // wgrad_smem_offset[l] floats into the shared ones at wgrad_sum_offset (bytes), or -1 where the
+  // wgrad kernel computes it; the CTAs add them into wgrad_sums + wgrad_global_offset[l] ([N, K],
+  // zeroed by the host), and the last CTA rounds them into wgrad_out[l].
+  int wgrad_smem_offset[kMaxLayers];
+  int wgrad_floats;
+  int wgrad_sum_offset;
+  float* wgrad_sums;
+  int wgrad_global_offset[kMaxLayers];
+  void* wgrad_out[kMaxLayers];
+  int warp_offset;                // bytes: each warp's tile buffers (kSlots for loads, then `stage`) start here
   int warp_bytes;
   int act_stride;                 // elements per tile-buffer row: widest layer + kPad
   unsigned relu_mask;
@@ -81,19 +97,19 @@ struct BackwardParams {
   int64_t tiles;
 };
 
-// The weight gradients of every layer, dW_l = G_l.T @ H_l over all rows, in one launch: CTA
-// (l, chunk) sums its chunk of rows, the CTAs of a layer add their sums (fp32) up, and the last
-// of them rounds the total into the storage dtype.
+// The weight gradients that the backward kernel does not sum, dW_l = G_l.T @ H_l over all rows, in
+// one launch: CTA (layer[i], chunk) sums its chunk of rows, the CTAs of a layer add their sums
+// (fp32) up, and the last of them rounds the total into the storage dtype.
 struct WgradParams {
-  int count;
   int width[kMaxLayers + 1];
+  int layer[kMaxLayers];         // the layers of this launch: blockIdx.x = i * chunks + chunk
   const void* g[kMaxLayers];     // [rows, width[l+1]]: the gradient w.r.t. layer l's output before its ReLU
   const void* h[kMaxLayers];     // [rows, width[l]]: layer l's input
-  float* sums;                   // fp32 [total], then `count` done-counters; zeroed by the host
+  float* sums;                   // fp32 [total], then one done-counter per layer; zeroed by the host
   int offset[kMaxLayers];        // floats: layer l's [width[l+1], width[l]] block of sums
   int total;
   void* out[kMaxLayers];         // layer l's weight gradient [width[l+1], width[l]] in the storage dtype
-  int chunks;                    // CTAs per layer: blockIdx.x = l * chunks + chunk
+  int chunks;                    // CTAs per layer
   int64_t rows;
   int64_t rows_per_chunk;        // a multiple of kWgradRows
   int stage_bytes;               // one pipeline stage in shared memory: the G rows, then the H rows
@@ -170,6 +186,54 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// One 16x8 tile (mb, nt) of a weight gradient dW = G.T @ H [N, K] over 16 rows: this lane's
+// ldmatrix row addresses, as byte offsets from the first of the 16 G rows (stride g_stride
+// elements) and the first of the 16 H rows (h_stride). A = G.T: transposed 8x8 blocks (rows 0-7,
+// 8-15) x (columns 16 mb.., 16 mb + 8..) of G; B = H: transposed blocks (rows 0-7, 8-15) x
+// (columns 8 nt..) of H.
+struct WgradLane {
+  unsigned a, b;
+};
+template <typename T>
+__device__ __forceinline__ WgradLane wgrad_lane(int mb, int nt, int g_stride, int h_stride, int lane) {
+  return {static_cast<unsigned>((((lane % 8) + (lane / 16) * 8) * g_stride + mb * 16 + ((lane / 8) % 2) * 8) * sizeof(T)),
+          static_cast<unsigned>(((lane % 16) * h_stride + nt * 8) * sizeof(T))};
+}
+
+// acc += G.T @ H over 16 rows for one tile; g_rows and h_rows are shared-memory addresses.
+template <typename T>
+__device__ __forceinline__ void wgrad_mma(float (&acc)[4], unsigned g_rows, unsigned h_rows, WgradLane at) {
+  uint32_t a[4], b[2];
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(g_rows + at.a));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(h_rows + at.b));
+  mma(acc, a, b[0], b[1], acc, T());
+}
+
+// Adds a tile (mb, nt) in accumulator layout (rows g and g + 8, columns 2t, 2t + 1) into the fp32
+// sums [*, K] in global memory.
+__device__ __forceinline__ void add_tile_to_sums(float* sums, int K, int mb, int nt, const float (&acc)[4], int lane) {
+  const int g = lane / 4, t = lane % 4;
+#if __CUDA_ARCH__ >= 900
+  // One 16-byte atomic per lane instead of four: lanes t and t ^ 1 swap halves, so that even t
+  // holds row g and odd t row g + 8, each at columns 4 (t / 2) .. + 3.
+  const bool even = t % 2 == 0;
+  const float got0 = __shfl_xor_sync(0xffffffffu, even ? acc[2] : acc[0], 1);
+  const float got1 = __shfl_xor_sync(0xffffffffu, even ? acc[3] : acc[1], 1);
+  const float4 v = even ? make_float4(acc[0], acc[1], got0, got1) : make_float4(got0, got1, acc[2], acc[3]);
+  atomicAdd(reinterpret_cast<float4*>(sums + (mb * 16 + g + (even ? 0 : 8)) * K + nt * 8 + 4 * (t / 2)), v);
+#else
+  float* at = sums + (mb * 16 + g) * K + nt * 8 + 2 * t;
+  atomicAdd(at, acc[0]);
+  atomicAdd(at + 1, acc[1]);
+  atomicAdd(at + 8 * K, acc[2]);
+  atomicAdd(at + 8 * K + 1, acc[3]);
+#endif
+}
 
 // A warp's tile: kMT blocks of 16 rows, up to kW columns, as mma A fragments: a[mt][kb] holds
 // rows 16 mt + {g, g + 8}, columns 16 kb + {2t, 2t + 1, 2t + 8, 2t + 9}.
@@ -279,14 +343,10 @@ __device__ __forceinline__ void forward_layer(
   }
 }
 
-// Columns [0, N) of the tile in `a` to rows [row0, row0 + 16 kMT) of dst [rows, N], through the
-// warp's shared-memory tile `stage` so that global stores are 16 bytes wide and coalesced.
+// Columns [0, N) of the tile in `a` to the warp's shared-memory tile `stage` ([16 kMT, stride]).
 template <typename T, int kW, int kMT>
-__device__ __forceinline__ void store_tile(
-    const Frags<kW, kMT>& a, T* stage, int stride, T* __restrict__ dst, int N, int64_t row0, int64_t rows,
-    bool streaming, int lane) {
+__device__ __forceinline__ void frags_to_tile(const Frags<kW, kMT>& a, T* stage, int stride, int N, int lane) {
   const int g = lane / 4, t = lane % 4;
-  __syncwarp();  // every lane is done reading `stage` (the tile's input) before it is overwritten
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -300,6 +360,16 @@ __device__ __forceinline__ void store_tile(
       }
     }
   }
+}
+
+// Columns [0, N) of the tile in `a` to rows [row0, row0 + 16 kMT) of dst [rows, N], through the
+// warp's shared-memory tile `stage` so that global stores are 16 bytes wide and coalesced.
+template <typename T, int kW, int kMT>
+__device__ __forceinline__ void store_tile(
+    const Frags<kW, kMT>& a, T* stage, int stride, T* __restrict__ dst, int N, int64_t row0, int64_t rows,
+    bool streaming, int lane) {
+  __syncwarp();  // every lane is done reading `stage` (the tile's input) before it is overwritten
+  frags_to_tile<T, kW, kMT>(a, stage, stride, N, lane);
   __syncwarp();
   const int chunks_per_row = N / 8;
   for (int c = lane; c < 16 * kMT * chunks_per_row; c += 32) {
@@ -461,79 +531,150 @@ __device__ __forceinline__ void dgrad_layer(Frags<kW, kMT>& a, const T* w, int l
   }
 }
 
-// The backward chain: per tile, grad_out's rows go back through every layer (mask, dgrad) in
-// registers. The gradient that reaches each layer's GEMM is rounded to T and masked exactly where
-// eager's mm and threshold_backward round and mask it. Global memory is read and written in
-// 16-byte pieces through the warp's two tile buffers: `in` (tiles that cp.async brings, turned into
-// fragments by ldmatrix) and `stage` (fragments on their way out).
+// The backward: per tile, grad_out's rows go back through every layer (mask, dgrad) in registers.
+// The gradient that reaches each layer's GEMM is rounded to T and masked exactly where eager's mm
+// and threshold_backward round and mask it. Global memory is read and written in 16-byte pieces
+// through the warp's tile buffers: a ring of kSlots that cp.async fills in the order the tiles are
+// used, and `stage` (fragments on their way out). The warps of
+// a CTA take kWarps consecutive tiles (a chunk) together: a layer's weight gradient is summed over
+// all of them at once, from every warp's `stage` (G, the layer's masked output gradient) and ring
+// slot (H, its input).
 template <typename T, int kW, int kMT>
 __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __grid_constant__ BackwardParams p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kRows = 16 * kMT;
+  constexpr int kTilesPerWarp = (kW / 16) * (kW / 8) / kWarps;  // of the widest dW's 16x8 tiles
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  T* const in = reinterpret_cast<T*>(smem + p.warp_offset + warp * p.warp_bytes);
-  T* const stage = in + kRows * p.act_stride;
+  const int slot_elems = kRows * p.act_stride;
+  T* const ring = reinterpret_cast<T*>(smem + p.warp_offset + warp * p.warp_bytes);
+  T* const stage = ring + kSlots * slot_elems;
   float* bias_sums = reinterpret_cast<float*>(smem + p.bias_sum_offset);
+  float* wgrad_sums = reinterpret_cast<float*>(smem + p.wgrad_sum_offset);
   load_weights(smem, p.layers, sizeof(T));
   for (int i = threadIdx.x; i < p.bias_grad_floats; i += kThreads) {
     bias_sums[i] = 0.f;
   }
+  for (int i = threadIdx.x; i < p.wgrad_floats; i += kThreads) {
+    wgrad_sums[i] = 0.f;
+  }
   __syncthreads();
 
   const int L = p.layers.count;
+  const int* width = p.layers.width;
   auto weight = [&](int l) { return reinterpret_cast<const T*>(smem + p.layers.weight_offset[l]); };
-  // Rows [row0, row0 + kRows) of src [rows, N] into `in`; the fragments are read by `take`.
-  auto fetch = [&](const void* src, int N, int64_t row0) {
-    issue_tile_load(in, p.act_stride, static_cast<const T*>(src), p.rows, N, row0, kRows, lane);
+  // The tiles a warp loads, in the order it uses them. Per chunk: grad_out, out[L - 1] where a ReLU
+  // follows the last layer, then each layer's input from layer L - 1's down (out[L - 2], ...,
+  // out[0]: the next mask, and H), and x where layer 0's weight gradient is summed here.
+  const bool relu_last = (p.relu_mask >> (L - 1)) & 1u;
+  const int per_chunk = 1 + relu_last + (L - 1) + (p.wgrad_smem_offset[0] >= 0);
+  int64_t issued = 0, used = 0;
+  auto slot = [&](int64_t i) { return ring + (i % kSlots) * slot_elems; };
+  // Starts the next load (an empty one past the CTA's last chunk) into the slot of the last one used.
+  auto issue = [&] {
+    __syncwarp();  // every lane is done with that slot
+    const int64_t first = (int64_t(blockIdx.x) + issued / per_chunk * gridDim.x) * kWarps;
+    const int j = static_cast<int>(issued % per_chunk);
+    if (first < p.tiles) {
+      const int l = L - (j - relu_last);  // the layer whose input it is, for j > relu_last
+      const void* src = j == 0 ? p.grad_out : j == 1 && relu_last ? p.out[L - 1] : l > 0 ? p.out[l - 1] : p.x;
+      const int N = j <= int(relu_last) ? width[L] : width[l];
+      issue_tile_load(slot(issued), p.act_stride, static_cast<const T*>(src), p.rows, N, (first + warp) * kRows, kRows, lane);
+    }
     cp_async_commit();
+    ++issued;
   };
-  auto take = [&](Frags<kW, kMT>& frags, int N) {
-    cp_async_wait_all();
+  // The oldest load, waited for; each follows one issue().
+  auto take = [&] {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kSlots - 1) : "memory");
     __syncwarp();
-    tile_to_frags<T, kW, kMT>(frags, in, p.act_stride, N, lane);
-    __syncwarp();  // `in` may be refilled
+    return slot(used++);
   };
-  // Layer l's output gradient in `a`, masked already: keep it for the weight gradient, sum it for
-  // the bias gradient.
+  // Layer l's output gradient in `a`, masked already: sum it for the bias gradient, and keep it for
+  // the weight gradient (in `stage` where it is summed here, else in grad_pre).
   auto finish_layer = [&](const Frags<kW, kMT>& a, int l, int64_t row0) {
-    const int N = p.layers.width[l + 1];
-    if (p.grad_pre[l] != nullptr) {
+    const int N = width[l + 1];
+    if (p.wgrad_smem_offset[l] >= 0) {
+      frags_to_tile<T, kW, kMT>(a, stage, p.act_stride, N, lane);
+    } else if (p.grad_pre[l] != nullptr) {
       store_tile<T, kW, kMT>(a, stage, p.act_stride, static_cast<T*>(p.grad_pre[l]), N, row0, p.rows, false, lane);
     }
     if (p.bias_grad_offset[l] >= 0) {
       accumulate_bias<T, kW, kMT>(a, bias_sums + p.bias_grad_offset[l], N, lane);
     }
   };
-
-  for (int64_t tile = int64_t(blockIdx.x) * kWarps + warp; tile < p.tiles; tile += int64_t(gridDim.x) * kWarps) {
-    const int64_t row0 = tile * kRows;
-    Frags<kW, kMT> a, h;
-    fetch(p.grad_out, p.layers.width[L], row0);
-    take(a, p.layers.width[L]);
-    if ((p.relu_mask >> (L - 1)) & 1u) {
-      fetch(p.out[L - 1], p.layers.width[L], row0);
-      take(h, p.layers.width[L]);
-      apply_relu_mask<T, kW, kMT>(a, h, p.layers.width[L]);
+  // This warp's tiles of dW_l += G.T @ H over the chunk, into the CTA's sums; H in ring slot `h_slot`.
+  const unsigned buffers = static_cast<unsigned>(__cvta_generic_to_shared(smem + p.warp_offset));
+  const unsigned slot_bytes = slot_elems * sizeof(T);
+  auto sum_weight_grad = [&](int l, int h_slot) {
+    const int N = width[l + 1], K = width[l], tiles = (N / 16) * (K / 8);
+    float4* sums = reinterpret_cast<float4*>(wgrad_sums + p.wgrad_smem_offset[l]);
+#pragma unroll
+    for (int i = 0; i < kTilesPerWarp; ++i) {
+      const int tile = i * kWarps + warp;
+      if (tile < tiles) {
+        const WgradLane at = wgrad_lane<T>(tile / (K / 8), tile % (K / 8), p.act_stride, p.act_stride, lane);
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            const unsigned rows = buffers + w * p.warp_bytes + mt * 16 * p.act_stride * sizeof(T);
+            wgrad_mma<T>(acc, rows + kSlots * slot_bytes, rows + h_slot * slot_bytes, at);
+          }
+        }
+        float4 v = sums[tile * 32 + lane];  // each tile's sums belong to one warp: no atomics
+        sums[tile * 32 + lane] = make_float4(v.x + acc[0], v.y + acc[1], v.z + acc[2], v.w + acc[3]);
+      }
     }
-    finish_layer(a, L - 1, row0);
-    for (int l = L - 1; l > 0 || (l == 0 && p.grad_input != nullptr); --l) {
-      if (l > 0) {  // the next mask's tile streams in while the mmas run
-        fetch(p.out[l - 1], p.layers.width[l], row0);
+  };
+
+  for (int s = 0; s + 1 < kSlots; ++s) {
+    issue();
+  }
+  for (int64_t first = int64_t(blockIdx.x) * kWarps; first < p.tiles; first += int64_t(gridDim.x) * kWarps) {
+    const int64_t row0 = (first + warp) * kRows;  // past the end for some warps of the last CTA: all zeros
+    Frags<kW, kMT> a, h;
+    issue();
+    tile_to_frags<T, kW, kMT>(a, take(), p.act_stride, width[L], lane);
+    if (relu_last) {
+      issue();
+      tile_to_frags<T, kW, kMT>(h, take(), p.act_stride, width[L], lane);
+      apply_relu_mask<T, kW, kMT>(a, h, width[L]);
+    }
+    for (int l = L - 1;; --l) {
+      // `a` holds layer l's output gradient, masked.
+      const bool here = p.wgrad_smem_offset[l] >= 0;
+      finish_layer(a, l, row0);
+      const bool input = l > 0 || here;  // layer l's input tile: the next mask, and H
+      if (input) {
+        issue();
       }
-      dgrad_layer<T, kW, kMT>(a, weight(l), p.layers.width[l] + kPad, p.layers.width[l], p.layers.width[l + 1], lane);
-      if (l > 0) {  // a ReLU follows every layer but the last
-        take(h, p.layers.width[l]);
-        apply_relu_mask<T, kW, kMT>(a, h, p.layers.width[l]);
-        finish_layer(a, l - 1, row0);
-      } else {
-        store_tile<T, kW, kMT>(a, stage, p.act_stride, static_cast<T*>(p.grad_input), p.layers.width[0], row0, p.rows,
-                               true, lane);
+      if (l > 0 || p.grad_input != nullptr) {
+        dgrad_layer<T, kW, kMT>(a, weight(l), width[l] + kPad, width[l], width[l + 1], lane);
       }
+      if (input) {
+        const T* tile = take();
+        if (l > 0) {
+          tile_to_frags<T, kW, kMT>(h, tile, p.act_stride, width[l], lane);
+        }
+      }
+      if (here) {
+        __syncthreads();  // every warp's G and H are in place
+        sum_weight_grad(l, static_cast<int>((used - 1) % kSlots));
+        __syncthreads();  // ... and read: the slot and `stage` may be refilled
+      }
+      if (l == 0) {
+        break;
+      }
+      apply_relu_mask<T, kW, kMT>(a, h, width[l]);  // a ReLU follows every layer but the last
+    }
+    if (p.grad_input != nullptr) {
+      store_tile<T, kW, kMT>(a, stage, p.act_stride, static_cast<T*>(p.grad_input), width[0], row0, p.rows, true, lane);
     }
   }
 
-  if (p.bias_grad_floats == 0) {
+  if (p.bias_grad_floats == 0 && p.wgrad_floats == 0) {
     return;
   }
   // Every CTA adds its sums; the last one to finish rounds the totals into the outputs (so that no
@@ -542,6 +683,17 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   __syncthreads();
   for (int i = threadIdx.x; i < p.bias_grad_floats; i += kThreads) {
     atomicAdd(p.bias_grad + i, bias_sums[i]);
+  }
+  for (int l = 0; l < L; ++l) {
+    if (p.wgrad_smem_offset[l] >= 0) {
+      const int N = width[l + 1], K = width[l], tiles = (N / 16) * (K / 8);
+      const float4* sums = reinterpret_cast<const float4*>(wgrad_sums + p.wgrad_smem_offset[l]);
+      for (int tile = warp; tile < tiles; tile += kWarps) {
+        const float4 v = sums[tile * 32 + lane];
+        const float acc[4] = {v.x, v.y, v.z, v.w};
+        add_tile_to_sums(p.wgrad_sums + p.wgrad_global_offset[l], K, tile / (K / 8), tile % (K / 8), acc, lane);
+      }
+    }
   }
   __threadfence();
   __syncthreads();
@@ -554,8 +706,14 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
     __threadfence();
     for (int l = 0; l < L; ++l) {
       if (p.bias_grad_offset[l] >= 0) {
-        for (int i = threadIdx.x; i < p.layers.width[l + 1]; i += kThreads) {
+        for (int i = threadIdx.x; i < width[l + 1]; i += kThreads) {
           store_rounded(static_cast<T*>(p.bias_grad_out[l]) + i, __ldcg(p.bias_grad + p.bias_grad_offset[l] + i));
+        }
+      }
+      if (p.wgrad_smem_offset[l] >= 0) {
+        const float* sums = p.wgrad_sums + p.wgrad_global_offset[l];
+        for (int i = threadIdx.x; i < width[l + 1] * width[l]; i += kThreads) {
+          store_rounded(static_cast<T*>(p.wgrad_out[l]) + i, __ldcg(sums + i));
         }
       }
     }
@@ -588,7 +746,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid
   constexpr int kWgradTilesPerWarp = (kW / 16) * (kW / 8) / kWarps;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int l = blockIdx.x / p.chunks, chunk = blockIdx.x % p.chunks;
+  const int l = p.layer[blockIdx.x / p.chunks], chunk = blockIdx.x % p.chunks;
   const int N = p.width[l + 1], K = p.width[l];
   const int64_t begin = chunk * p.rows_per_chunk, end = min(p.rows, begin + p.rows_per_chunk);
   const T* g = static_cast<const T*>(p.g[l]);
@@ -597,18 +755,14 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid
   auto g_rows = [&](int s) { return reinterpret_cast<T*>(smem + s * p.stage_bytes); };
   auto h_rows = [&](int s) { return g_rows(s) + kWgradRows * (N + kPad); };
 
-  // dW's 16x8 tiles, (N / 16) x (K / 8) of them: warp w owns tiles w, w + kWarps, ... For each,
-  // the byte offsets within a stage of this lane's ldmatrix rows, computed once:
-  // A = G.T: transposed 8x8 blocks (rows 0-7, 8-15 of the 16) x (columns 16 mb.., 16 mb + 8..) of G;
-  // B = H: transposed blocks (rows 0-7, 8-15) x (columns 8 nt..) of H.
+  // dW's 16x8 tiles, (N / 16) x (K / 8) of them: warp w owns tiles w, w + kWarps, ...
   const int tiles = (N / 16) * (K / 8);
-  unsigned a_offset[kWgradTilesPerWarp], b_offset[kWgradTilesPerWarp];
+  WgradLane at[kWgradTilesPerWarp];
   float acc[kWgradTilesPerWarp][4];
 #pragma unroll
   for (int i = 0; i < kWgradTilesPerWarp; ++i) {
-    const int tile = i * kWarps + warp, mb = tile / (K / 8), nt = tile % (K / 8);
-    a_offset[i] = (((lane % 8) + (lane / 16) * 8) * (N + kPad) + mb * 16 + ((lane / 8) % 2) * 8) * sizeof(T);
-    b_offset[i] = (kWgradRows * (N + kPad) + (lane % 16) * (K + kPad) + nt * 8) * sizeof(T);
+    const int tile = i * kWarps + warp;
+    at[i] = wgrad_lane<T>(tile / (K / 8), tile % (K / 8), N + kPad, K + kPad, lane);
     acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   }
 
@@ -632,21 +786,14 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid
     cp_async_commit();
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kWgradStages - 1) : "memory");
     __syncthreads();
-    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(g_rows(s)));
+    const unsigned g_base = static_cast<unsigned>(__cvta_generic_to_shared(g_rows(s)));
+    const unsigned h_base = static_cast<unsigned>(__cvta_generic_to_shared(h_rows(s)));
 #pragma unroll
     for (int kk = 0; kk < kWgradRows; kk += 16) {
-      const unsigned a_rows = base + kk * (N + kPad) * sizeof(T), b_rows = base + kk * (K + kPad) * sizeof(T);
 #pragma unroll
       for (int i = 0; i < kWgradTilesPerWarp; ++i) {
         if (i * kWarps + warp < tiles) {
-          uint32_t a[4], b[2];
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                       : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                       : "r"(a_rows + a_offset[i]));
-          asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                       : "=r"(b[0]), "=r"(b[1])
-                       : "r"(b_rows + b_offset[i]));
-          mma(acc[i], a, b[0], b[1], acc[i], T());
+          wgrad_mma<T>(acc[i], g_base + kk * (N + kPad) * sizeof(T), h_base + kk * (K + kPad) * sizeof(T), at[i]);
         }
       }
     }
@@ -654,28 +801,11 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid
   }
 
   float* sums = p.sums + p.offset[l];
-  const int gr = lane / 4, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < kWgradTilesPerWarp; ++i) {
     const int tile = i * kWarps + warp;
     if (tile < tiles) {
-      const int mb = tile / (K / 8), nt = tile % (K / 8);
-#if __CUDA_ARCH__ >= 900
-      // One 16-byte atomic per lane instead of four: lanes t and t ^ 1 swap halves, so that even t
-      // holds row gr and odd t row gr + 8, each at columns 4 (t / 2) .. + 3.
-      const bool even = t % 2 == 0;
-      const float got0 = __shfl_xor_sync(0xffffffffu, even ? acc[i][2] : acc[i][0], 1);
-      const float got1 = __shfl_xor_sync(0xffffffffu, even ? acc[i][3] : acc[i][1], 1);
-      const float4 v = even ? make_float4(acc[i][0], acc[i][1], got0, got1)
-                            : make_float4(got0, got1, acc[i][2], acc[i][3]);
-      atomicAdd(reinterpret_cast<float4*>(sums + (mb * 16 + gr + (even ? 0 : 8)) * K + nt * 8 + 4 * (t / 2)), v);
-#else
-      float* at = sums + (mb * 16 + gr) * K + nt * 8 + 2 * t;
-      atomicAdd(at, acc[i][0]);
-      atomicAdd(at + 1, acc[i][1]);
-      atomicAdd(at + 8 * K, acc[i][2]);
-      atomicAdd(at + 8 * K + 1, acc[i][3]);
-#endif
+      add_tile_to_sums(sums, K, tile / (K / 8), tile % (K / 8), acc[i], lane);
     }
   }
   // The layer's last CTA to finish rounds its total.
@@ -935,50 +1065,108 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
 
   BackwardParams p{};
   p.layers = *layers;
-  WgradParams w{};
-  w.count = count;
-  for (int l = 0; l <= count; ++l) {
-    w.width[l] = layers->width[l];
-  }
-  // The masked output gradient of every layer that a ReLU follows goes to one buffer (the last
-  // layer's, without ReLU, is grad_out itself); the wgrad kernel reads them.
-  std::vector<int64_t> grad_pre_offset(count, -1);
-  int64_t grad_pre_elems = 0;
   for (int l = 0; l < count; ++l) {
     p.bias_grad_offset[l] = -1;
+    p.wgrad_smem_offset[l] = -1;
     if (l + 1 < count || relu_last) {
       p.relu_mask |= 1u << l;
       p.out[l] = outputs2d[l].data_ptr();
-      if (params_grad) {
-        grad_pre_offset[l] = grad_pre_elems;
-        grad_pre_elems += rows * layers->width[l + 1];
+    }
+    if (params_grad && has_bias.get(l)) {
+      p.bias_grad_offset[l] = p.bias_grad_floats;
+      p.bias_grad_floats += layers->width[l + 1];
+    }
+  }
+  // Shared memory of the backward kernel: weights, bias sums, weight-gradient sums, then kSlots + 1
+  // tile buffers per warp. It sums the weight gradients of as many layers as fit (those it cannot go to
+  // the wgrad kernel, which reads them back from global memory).
+  p.bias_sum_offset = static_cast<int>(offset);
+  offset = (offset + size_t(p.bias_grad_floats) * sizeof(float) + 15) / 16 * 16;
+  p.wgrad_sum_offset = static_cast<int>(offset);
+  p.act_stride = widest + kPad;
+  p.warp_bytes = static_cast<int>((kSlots + 1) * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
+  const int64_t buffer_bytes = int64_t(kWarps) * p.warp_bytes;
+  if (params_grad) {
+    // Summing a layer's weight gradient here costs two CTA-wide barriers per chunk, which only a
+    // second CTA on the SM hides: with one, the wgrad kernel is faster (8 layers of 64, 128 wide;
+    // docs/perf/2026-11-23-h100-fused-wgrad/). So layers are summed here while two CTAs still fit.
+    constexpr int64_t kStaticSmem = 128;  // the kernel's own __shared__ flag, with room to spare
+    const int64_t base = int64_t(offset + 127) / 128 * 128 + buffer_bytes + kStaticSmem;
+    const at::ScalarType dtype = input2d.scalar_type();
+    const void* kernel = dtype == at::kHalf
+        ? (width == Width::k64 ? reinterpret_cast<const void*>(BackwardKernel<__half, 64>::fn)
+                               : reinterpret_cast<const void*>(BackwardKernel<__half, 128>::fn))
+        : (width == Width::k64 ? reinterpret_cast<const void*>(BackwardKernel<__nv_bfloat16, 64>::fn)
+                               : reinterpret_cast<const void*>(BackwardKernel<__nv_bfloat16, 128>::fn));
+    if (blocks_per_sm(kernel, device, size_t(base)) >= 2) {
+      int64_t room = std::min<int64_t>(
+          int64_t(prop.sharedMemPerMultiprocessor) / 2 - int64_t(prop.reservedSharedMemPerBlock),
+          int64_t(prop.sharedMemPerBlockOptin)) - base;
+      for (int l = 0; l < count; ++l) {
+        const int64_t bytes = int64_t(layers->width[l + 1]) * layers->width[l] * int64_t(sizeof(float));
+        if (bytes <= room) {
+          p.wgrad_smem_offset[l] = p.wgrad_floats;
+          p.wgrad_floats += static_cast<int>(bytes / sizeof(float));
+          room -= bytes;
+        }
       }
     }
   }
+  offset = (offset + size_t(p.wgrad_floats) * sizeof(float) + 127) / 128 * 128;
+  p.warp_offset = static_cast<int>(offset);
+  const size_t smem_bytes = offset + size_t(buffer_bytes);
+
+  WgradParams w{};
+  for (int l = 0; l <= count; ++l) {
+    w.width[l] = layers->width[l];
+  }
+  w.stage_bytes = static_cast<int>(kWgradRows * 2 * (widest + kPad) * elem);
+  const size_t wgrad_smem_bytes = kWgradStages * size_t(w.stage_bytes);
+  if (smem_bytes > prop.sharedMemPerBlockOptin || wgrad_smem_bytes > prop.sharedMemPerBlockOptin) {
+    return std::nullopt;
+  }
+
   // [grad_weights..., grad_biases (present ones)..., grad_input]: what fused_mlp_backward returns,
   // each its own tensor. With no rows no kernel runs, and the parameter gradients are zeros.
   auto new_grad = [&](at::IntArrayRef shape) { return rows > 0 ? at::empty(shape, options) : at::zeros(shape, options); };
   std::vector<at::Tensor> grads;
-  at::Tensor grad_pre, sums;
+  at::Tensor grad_pre, sums;  // live until the kernels are queued
+  int wgrad_layers = 0;       // summed by the wgrad kernel
   if (params_grad) {
+    // The masked output gradients that the wgrad kernel reads go to one buffer (the last layer's,
+    // without ReLU, is grad_out itself).
+    std::vector<int64_t> grad_pre_offset(count, -1);
+    int64_t grad_pre_elems = 0;
     for (int l = 0; l < count; ++l) {
       grads.push_back(new_grad({layers->width[l + 1], layers->width[l]}));
-      w.out[l] = grads.back().data_ptr();
-      w.offset[l] = w.total;
+      w.out[l] = p.wgrad_out[l] = grads.back().data_ptr();
+      w.offset[l] = p.wgrad_global_offset[l] = w.total;
       w.total += layers->width[l + 1] * layers->width[l];
+      if (p.wgrad_smem_offset[l] < 0) {
+        w.layer[wgrad_layers++] = l;
+        if ((p.relu_mask >> l) & 1u) {
+          grad_pre_offset[l] = grad_pre_elems;
+          grad_pre_elems += rows * layers->width[l + 1];
+        }
+      }
     }
     for (int l = 0; l < count; ++l) {
-      if (has_bias.get(l)) {
+      if (p.bias_grad_offset[l] >= 0) {
         grads.push_back(new_grad({layers->width[l + 1]}));
         p.bias_grad_out[l] = grads.back().data_ptr();
-        p.bias_grad_offset[l] = p.bias_grad_floats;
-        p.bias_grad_floats += layers->width[l + 1];
       }
     }
     grad_pre = at::empty({grad_pre_elems}, options);
+    for (int l = 0; l < count; ++l) {
+      if (grad_pre_offset[l] >= 0) {
+        p.grad_pre[l] = static_cast<char*>(grad_pre.data_ptr()) + grad_pre_offset[l] * elem;
+      }
+      w.g[l] = p.grad_pre[l] != nullptr ? p.grad_pre[l] : grad_out2d.data_ptr();
+      w.h[l] = l == 0 ? input2d.data_ptr() : outputs2d[l - 1].data_ptr();
+    }
     // The CTAs' fp32 sums of both kernels with their done-counters, zeroed.
     sums = at::zeros({w.total + count + p.bias_grad_floats + 1}, options.dtype(at::kFloat));
-    w.sums = sums.data_ptr<float>();
+    w.sums = p.wgrad_sums = sums.data_ptr<float>();
     p.bias_grad = w.sums + w.total + count;
   }
   at::Tensor grad_input;
@@ -986,27 +1174,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     grad_input = at::empty({rows, layers->width[0]}, options);
     p.grad_input = grad_input.data_ptr();
   }
-  for (int l = 0; l < count; ++l) {
-    if (grad_pre_offset[l] >= 0) {
-      p.grad_pre[l] = static_cast<char*>(grad_pre.data_ptr()) + grad_pre_offset[l] * elem;
-    }
-    w.g[l] = p.grad_pre[l] != nullptr ? p.grad_pre[l] : grad_out2d.data_ptr();
-    w.h[l] = l == 0 ? input2d.data_ptr() : outputs2d[l - 1].data_ptr();
-  }
-
-  // Shared memory of the chain kernel: weights, bias sums, then two tile buffers per warp.
-  p.bias_sum_offset = static_cast<int>(offset);
-  offset = (offset + size_t(p.bias_grad_floats) * sizeof(float) + 127) / 128 * 128;
-  p.act_stride = widest + kPad;
-  p.warp_offset = static_cast<int>(offset);
-  p.warp_bytes = static_cast<int>(2 * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
-  const size_t smem_bytes = offset + size_t(kWarps) * p.warp_bytes;
-  w.stage_bytes = static_cast<int>(kWgradRows * 2 * (widest + kPad) * elem);
-  const size_t wgrad_smem_bytes = kWgradStages * size_t(w.stage_bytes);
-  if (smem_bytes > prop.sharedMemPerBlockOptin || wgrad_smem_bytes > prop.sharedMemPerBlockOptin) {
-    return std::nullopt;
-  }
   p.grad_out = grad_out2d.data_ptr();
+  p.x = input2d.data_ptr();
   p.rows = w.rows = rows;
 
   const c10::cuda::CUDAGuard device_guard(input2d.device());
@@ -1015,17 +1184,17 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     if (!launch_instance<BackwardKernel>(input2d.scalar_type(), width, p, smem_bytes, device, stream)) {
       return std::nullopt;
     }
-    if (params_grad) {
+    if (wgrad_layers > 0) {
       // Enough CTAs per layer to fill the device about twice, each a whole number of stages.
       const int64_t stages = (rows + kWgradRows - 1) / kWgradRows;
-      w.chunks = static_cast<int>(std::clamp<int64_t>(2 * prop.multiProcessorCount / count, 1, stages));
+      w.chunks = static_cast<int>(std::clamp<int64_t>(2 * prop.multiProcessorCount / wgrad_layers, 1, stages));
       w.rows_per_chunk = (stages + w.chunks - 1) / w.chunks * kWgradRows;
       const bool half = input2d.scalar_type() == at::kHalf;
       const auto kernel = width == Width::k64
           ? (half ? narrow_mlp_wgrad_kernel<__half, 64> : narrow_mlp_wgrad_kernel<__nv_bfloat16, 64>)
           : (half ? narrow_mlp_wgrad_kernel<__half, 128> : narrow_mlp_wgrad_kernel<__nv_bfloat16, 128>);
       TORCH_CHECK(
-          launch(kernel, w, int64_t(count) * w.chunks, /*persistent=*/false, wgrad_smem_bytes, device, stream),
+          launch(kernel, w, int64_t(wgrad_layers) * w.chunks, /*persistent=*/false, wgrad_smem_bytes, device, stream),
           "hypatia: narrow_mlp_backward_cuda: the weight-gradient kernel cannot run on this device, but the "
           "backward kernel just did");
     }

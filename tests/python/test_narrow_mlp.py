@@ -1,7 +1,8 @@
 """The one-kernel narrow MLP behind fused_mlp on CUDA (ops/cuda/narrow_mlp_kernel.cu): forward
 results against float64 with eager's per-layer rounding and against eager itself, its edge cases,
 the shapes that must fall back to the per-layer path, the HYPATIA_DISABLE_NARROW_MLP switch, and
-which kernels run (one launch forward; the chain and the weight-gradient kernel backward). The
+which kernels run (one launch forward; backward, one, or two where some weight gradients do not
+fit on chip). The
 training path's gradients are checked on every device in test_mlp_training.py."""
 import os
 import subprocess
@@ -18,6 +19,7 @@ pytestmark = requires_cuda
 
 KERNEL_NAME = "narrow_mlp_forward_kernel"
 BACKWARD_KERNEL_NAME = "narrow_mlp_backward_kernel"
+WGRAD_KERNEL_NAME = "narrow_mlp_wgrad_kernel"
 NARROW_DISABLED = os.environ.get("HYPATIA_DISABLE_NARROW_MLP", "") not in ("", "0")
 
 
@@ -186,17 +188,24 @@ torch.save({{"out": fn().cpu(), "names": cuda_kernel_names(fn)}}, {str(tmp_path 
 
 
 @pytest.mark.skipif(NARROW_DISABLED, reason="HYPATIA_DISABLE_NARROW_MLP is set")
-def test_training_runs_the_narrow_kernels():
+@pytest.mark.parametrize("widths, wgrad_kernel", [
+    ([64] * 4, False),   # the three layers' weight-gradient sums fit in the backward kernel, two CTAs per SM
+    ([64] * 9, True),    # none fits beside eight layers' weights: the second kernel computes them
+    ([128] * 4, True),   # the 128-wide backward kernel runs one CTA per SM: the second kernel
+])
+def test_training_runs_the_narrow_kernels(widths, wgrad_kernel):
     torch.manual_seed(11)
-    x = torch.randn(4096, 64, dtype=torch.float64).to(torch.bfloat16).cuda().requires_grad_()
-    ws, bs = make_mlp([64, 64, 64, 64], torch.bfloat16, device="cuda")
+    x = torch.randn(4096, widths[0], dtype=torch.float64).to(torch.bfloat16).cuda().requires_grad_()
+    ws, bs = make_mlp(widths, torch.bfloat16, device="cuda")
     for p in ws + bs:
         p.requires_grad_()
-    gout = torch.randn(4096, 64, dtype=torch.float64).to(torch.bfloat16).cuda()
+    gout = torch.randn(4096, widths[-1], dtype=torch.float64).to(torch.bfloat16).cuda()
     names = cuda_kernel_names(lambda: torch.autograd.grad(torch.ops.hypatia.fused_mlp(x, ws, bs, False), [x] + ws + bs, gout))
     if names is None:
         pytest.skip("torch.profiler recorded no CUDA activity (CUPTI unavailable?)")
     assert sum(KERNEL_NAME in n for n in names) == 1, names
     assert sum(BACKWARD_KERNEL_NAME in n for n in names) == 1, names
-    # No ATen ReLU-backward or sum kernels: the masks and bias sums are in the backward kernel.
+    assert sum(WGRAD_KERNEL_NAME in n for n in names) == int(wgrad_kernel), names
+    # No ATen GEMM, ReLU-backward or sum kernels: the masks, GEMMs and sums are all in the kernels above.
     assert not any("at::native" in n and ("threshold" in n or "reduce_kernel" in n) for n in names), names
+    assert not any(k in n.lower() for k in ("gemm", "cutlass", "nvjet") for n in names), names
