@@ -69,15 +69,20 @@ std::vector<at::Tensor> run_mlp_with(
   return outputs;
 }
 
+std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad) {
+  at::Tensor grad = at::threshold_backward(grad2d, relu_out2d, 0);  // eager's ReLU backward
+  at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
+  return {std::move(grad), std::move(grad_bias)};
+}
+
 const BackwardGemms aten_gemms{
     [](const at::Tensor& grad2d, const at::Tensor& w) { return grad2d.mm(w); },
     [](const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
       return std::pair{grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
     },
     [](const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
-      at::Tensor grad = at::threshold_backward(grad2d.mm(w), relu_out2d, 0);  // eager's ReLU backward
-      at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
-      return std::pair{std::move(grad), std::move(grad_bias)};
+      return relu_backward_and_bias_grad(grad2d.mm(w), relu_out2d, bias_grad);
     }};
 
 std::vector<at::Tensor> fused_linear_relu_backward_with(

@@ -55,6 +55,10 @@ struct BackwardGemms {
   std::pair<at::Tensor, at::Tensor> (*relu_input_grad)(
       const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
 };
+// Eager's ReLU backward of grad2d [M, K] on the saved ReLU output (threshold_backward at 0) and,
+// when bias_grad, its sum over rows: relu_input_grad's second half, in ATen ops.
+std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 // ATen ops, so differentiable.
 extern const BackwardGemms aten_gemms;
 #ifdef HYPATIA_WITH_CUDA

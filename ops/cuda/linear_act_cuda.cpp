@@ -244,15 +244,19 @@ float time_ms(cudaStream_t stream, const Run& run) {
   return best;
 }
 
+cublasComputeType_t compute_type(at::ScalarType dtype) {
+  return dtype == at::kDouble ? CUBLAS_COMPUTE_64F
+      : (dtype == at::kFloat && at::globalContext().allowTF32CuBLAS()) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                       : CUBLAS_COMPUTE_32F;
+}
+
 // An LtMatmul's descriptors, ready to run with any algorithm.
 class LtPlan {
  public:
-  LtPlan(const LtMatmul& p, at::ScalarType dtype, int device) : p_(p), dtype_(dtype) {
+  LtPlan(const LtMatmul& p, at::ScalarType dtype, int device) : p_(p), dtype_(dtype), key_(key_of(p, dtype, device)) {
     const cudaDataType_t type = cuda_dtype(dtype);
     is_double_ = dtype == at::kDouble;
-    const cublasComputeType_t compute = is_double_ ? CUBLAS_COMPUTE_64F
-        : (dtype == at::kFloat && at::globalContext().allowTF32CuBLAS()) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                          : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t compute = compute_type(dtype);
     cublasLtMatmulDesc_t raw_desc = nullptr;
     HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, is_double_ ? CUDA_R_64F : CUDA_R_32F));
     desc_.reset(raw_desc);
@@ -270,9 +274,13 @@ class LtPlan {
     a_layout_ = make_layout(type, a_n ? p.m : p.k, a_n ? p.k : p.m, p.lda);
     b_layout_ = make_layout(type, b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb);
     d_layout_ = make_layout(type, p.m, p.n, p.ldd);
-    key_ = {device, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, int64_t(dtype), int64_t(compute),
-            p.epilogue, alignment(p.a), alignment(p.b), alignment(p.d), p.bias ? alignment(p.bias) : 0,
-            p.relu_bits ? alignment(p.relu_bits) : 0};
+  }
+
+  // The algorithm cache's key of a problem, without its descriptors.
+  static AlgoKey key_of(const LtMatmul& p, at::ScalarType dtype, int device) {
+    return {device, p.trans_a, p.trans_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, int64_t(dtype),
+            int64_t(compute_type(dtype)), p.epilogue, alignment(p.a), alignment(p.b), alignment(p.d),
+            p.bias ? alignment(p.bias) : 0, p.relu_bits ? alignment(p.relu_bits) : 0};
   }
 
   const AlgoKey& key() const { return key_; }
@@ -537,29 +545,31 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
   const at::Tensor g = grad2d.contiguous(), wc = w.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = wc.size(1);
   // ATen's way: the (tuned) input-gradient GEMM, then eager's ReLU backward on the saved output.
-  std::pair<at::Tensor, at::Tensor> aten_result;
-  auto aten = [&] {
-    at::Tensor grad = at::threshold_backward(input_grad_cuda(g, wc), relu_out2d, 0);
-    at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
-    aten_result = {std::move(grad), std::move(grad_bias)};
-  };
+  auto aten = [&] { return relu_backward_and_bias_grad(input_grad_cuda(g, wc), relu_out2d, bias_grad); };
   if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
-    aten();
-    return aten_result;
+    return aten();
   }
-  // The ReLU's mask as bits, which the DRELU epilogue reads: packed only when that runs.
-  const int64_t row_bytes = relu_mask_row_bytes(K).expect_int();
-  at::Tensor bits = at::empty({M, row_bytes}, g.options().dtype(at::kByte));
-  auto pack_bits = [&] { pack_relu_mask_cuda(relu_out2d.contiguous(), bits); };
-  at::Tensor grad_input = at::empty({M, K}, g.options());
-  at::Tensor grad_bias = bias_grad ? at::empty({K}, g.options()) : at::Tensor();
   // As input_grad_cuda, with the ReLU's bits applied to D and (DRELU_BGRAD) D summed over its
   // columns (the rows of grad_input): the bias gradient of the layer below.
+  const int64_t row_bytes = relu_mask_row_bytes(K).expect_int();
   auto problem = [&](const void* g_data, void* d_data, void* bias_data, const void* bits_data) {
     return LtMatmul{CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, wc.data_ptr(), K, g_data, N, d_data, K,
                     bias_grad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU, bias_data, bits_data,
                     row_bytes * 8};
   };
+  // Where ATen's way is the cached choice, none of the epilogue's buffers is allocated: the key
+  // takes their alignment as the caching allocator's (at least 256 bytes, the most a key tells).
+  void* const fresh = reinterpret_cast<void*>(uintptr_t{256});
+  const LtMatmul unallocated = problem(g.data_ptr(), fresh, bias_grad ? fresh : nullptr, fresh);
+  const std::optional<AlgoChoice> cached = algo_cache().find(LtPlan::key_of(unallocated, g.scalar_type(), g.get_device()));
+  if (cached && cached->use_aten) {
+    return aten();
+  }
+  // The ReLU's mask as bits, which the DRELU epilogue reads: packed only when that runs.
+  at::Tensor bits = at::empty({M, row_bytes}, g.options().dtype(at::kByte));
+  auto pack_bits = [&] { pack_relu_mask_cuda(relu_out2d.contiguous(), bits); };
+  at::Tensor grad_input = at::empty({M, K}, g.options());
+  at::Tensor grad_bias = bias_grad ? at::empty({K}, g.options()) : at::Tensor();
   const LtPlan plan(
       problem(g.data_ptr(), grad_input.data_ptr(), bias_grad ? grad_bias.data_ptr() : nullptr, bits.data_ptr()),
       g.scalar_type(), g.get_device());
@@ -584,11 +594,10 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
     return probe->run(algo) == CUBLAS_STATUS_SUCCESS && d_p[0].eq(0).all().item<bool>() &&
         (M == 1 || d_p[1].isnan().all().item<bool>());
   };
-  if (run_fastest(plan, aten, as_eager, pack_bits)) {
+  if (run_fastest(plan, [&] { aten(); }, as_eager, pack_bits)) {
     return {grad_input, grad_bias};
   }
-  aten();
-  return aten_result;
+  return aten();
 }
 
 }  // namespace
