@@ -561,7 +561,8 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
   // takes their alignment as the caching allocator's (at least 256 bytes, the most a key tells).
   void* const fresh = reinterpret_cast<void*>(uintptr_t{256});
   const LtMatmul unallocated = problem(g.data_ptr(), fresh, bias_grad ? fresh : nullptr, fresh);
-  const std::optional<AlgoChoice> cached = algo_cache().find(LtPlan::key_of(unallocated, g.scalar_type(), g.get_device()));
+  const std::optional<AlgoChoice> cached =
+      algo_cache().find(LtPlan::key_of(unallocated, g.scalar_type(), g.get_device()));
   if (cached && cached->use_aten) {
     return aten();
   }

@@ -38,11 +38,6 @@ constexpr int kThreads = kWarps * 32;
 // Elements added to each shared-memory row: rows then start 16 bytes apart modulo 128, so the 8
 // rows that one ldmatrix reads, and the 8 rows a warp's fragment stores touch, hit different banks.
 constexpr int kPad = 8;
-// Tile buffers per warp that the backward kernel's loads cycle through. One: a load streams in
-// during the mmas before its use. Two (loading one tile further ahead, across layers and chunks)
-// measured slower on the H100: the third buffer per warp costs the 8-layer kernel its second CTA
-// per SM (docs/perf/2026-11-23-h100-fused-wgrad/ab-ring.log).
-constexpr int kSlots = 1;
 
 // What both kernels read of the layers: widths and weights ([width[l+1], width[l]] row-major), and
 // where each weight sits in shared memory ([width[l+1], width[l] + kPad]).
@@ -89,7 +84,7 @@ struct BackwardParams {
   float* wgrad_sums;
   int wgrad_global_offset[kMaxLayers];
   void* wgrad_out[kMaxLayers];
-  int warp_offset;                // bytes: each warp's tile buffers (kSlots for loads, then `stage`) start here
+  int warp_offset;                // bytes: each warp's two tile buffers (loads, then stores) start here
   int warp_bytes;
   int act_stride;                 // elements per tile-buffer row: widest layer + kPad
   unsigned relu_mask;
@@ -534,11 +529,12 @@ __device__ __forceinline__ void dgrad_layer(Frags<kW, kMT>& a, const T* w, int l
 // The backward: per tile, grad_out's rows go back through every layer (mask, dgrad) in registers.
 // The gradient that reaches each layer's GEMM is rounded to T and masked exactly where eager's mm
 // and threshold_backward round and mask it. Global memory is read and written in 16-byte pieces
-// through the warp's tile buffers: a ring of kSlots that cp.async fills in the order the tiles are
-// used, and `stage` (fragments on their way out). The warps of
-// a CTA take kWarps consecutive tiles (a chunk) together: a layer's weight gradient is summed over
-// all of them at once, from every warp's `stage` (G, the layer's masked output gradient) and ring
-// slot (H, its input).
+// through the warp's two tile buffers: `in` (tiles that cp.async brings, each streaming in during
+// the mmas before its use) and `stage` (fragments on their way out). A second load buffer, to load
+// further ahead, measured slower on the H100: it costs the 8-layer kernel its second CTA per SM
+// (docs/perf/2026-11-23-h100-fused-wgrad/ab-ring.log). The warps of a CTA take kWarps consecutive
+// tiles (a chunk) together: a layer's weight gradient is summed over all of them at once, from
+// every warp's `stage` (G, the layer's masked output gradient) and `in` (H, its input).
 template <typename T, int kW, int kMT>
 __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __grid_constant__ BackwardParams p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -546,9 +542,8 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   constexpr int kTilesPerWarp = (kW / 16) * (kW / 8) / kWarps;  // of the widest dW's 16x8 tiles
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int slot_elems = kRows * p.act_stride;
-  T* const ring = reinterpret_cast<T*>(smem + p.warp_offset + warp * p.warp_bytes);
-  T* const stage = ring + kSlots * slot_elems;
+  T* const in = reinterpret_cast<T*>(smem + p.warp_offset + warp * p.warp_bytes);
+  T* const stage = in + kRows * p.act_stride;
   float* bias_sums = reinterpret_cast<float*>(smem + p.bias_sum_offset);
   float* wgrad_sums = reinterpret_cast<float*>(smem + p.wgrad_sum_offset);
   load_weights(smem, p.layers, sizeof(T));
@@ -563,32 +558,15 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   const int L = p.layers.count;
   const int* width = p.layers.width;
   auto weight = [&](int l) { return reinterpret_cast<const T*>(smem + p.layers.weight_offset[l]); };
-  // The tiles a warp loads, in the order it uses them. Per chunk: grad_out, out[L - 1] where a ReLU
-  // follows the last layer, then each layer's input from layer L - 1's down (out[L - 2], ...,
-  // out[0]: the next mask, and H), and x where layer 0's weight gradient is summed here.
-  const bool relu_last = (p.relu_mask >> (L - 1)) & 1u;
-  const int per_chunk = 1 + relu_last + (L - 1) + (p.wgrad_smem_offset[0] >= 0);
-  int64_t issued = 0, used = 0;
-  auto slot = [&](int64_t i) { return ring + (i % kSlots) * slot_elems; };
-  // Starts the next load (an empty one past the CTA's last chunk) into the slot of the last one used.
-  auto issue = [&] {
-    __syncwarp();  // every lane is done with that slot
-    const int64_t first = (int64_t(blockIdx.x) + issued / per_chunk * gridDim.x) * kWarps;
-    const int j = static_cast<int>(issued % per_chunk);
-    if (first < p.tiles) {
-      const int l = L - (j - relu_last);  // the layer whose input it is, for j > relu_last
-      const void* src = j == 0 ? p.grad_out : j == 1 && relu_last ? p.out[L - 1] : l > 0 ? p.out[l - 1] : p.x;
-      const int N = j <= int(relu_last) ? width[L] : width[l];
-      issue_tile_load(slot(issued), p.act_stride, static_cast<const T*>(src), p.rows, N, (first + warp) * kRows, kRows, lane);
-    }
-    cp_async_commit();
-    ++issued;
-  };
-  // The oldest load, waited for; each follows one issue().
-  auto take = [&] {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kSlots - 1) : "memory");
+  // Rows [row0, row0 + kRows) of src [rows, N] into `in`, once every lane is done with it.
+  auto fetch = [&](const void* src, int N, int64_t row0) {
     __syncwarp();
-    return slot(used++);
+    issue_tile_load(in, p.act_stride, static_cast<const T*>(src), p.rows, N, row0, kRows, lane);
+    cp_async_commit();
+  };
+  auto arrive = [&] {
+    cp_async_wait_all();
+    __syncwarp();
   };
   // Layer l's output gradient in `a`, masked already: sum it for the bias gradient, and keep it for
   // the weight gradient (in `stage` where it is summed here, else in grad_pre).
@@ -603,10 +581,10 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
       accumulate_bias<T, kW, kMT>(a, bias_sums + p.bias_grad_offset[l], N, lane);
     }
   };
-  // This warp's tiles of dW_l += G.T @ H over the chunk, into the CTA's sums; H in ring slot `h_slot`.
+  // This warp's tiles of dW_l += G.T @ H over the chunk, into the CTA's sums.
   const unsigned buffers = static_cast<unsigned>(__cvta_generic_to_shared(smem + p.warp_offset));
-  const unsigned slot_bytes = slot_elems * sizeof(T);
-  auto sum_weight_grad = [&](int l, int h_slot) {
+  const unsigned stage_bytes = kRows * p.act_stride * sizeof(T);
+  auto sum_weight_grad = [&](int l) {
     const int N = width[l + 1], K = width[l], tiles = (N / 16) * (K / 8);
     float4* sums = reinterpret_cast<float4*>(wgrad_sums + p.wgrad_smem_offset[l]);
 #pragma unroll
@@ -620,7 +598,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
             const unsigned rows = buffers + w * p.warp_bytes + mt * 16 * p.act_stride * sizeof(T);
-            wgrad_mma<T>(acc, rows + kSlots * slot_bytes, rows + h_slot * slot_bytes, at);
+            wgrad_mma<T>(acc, rows + stage_bytes, rows, at);
           }
         }
         float4 v = sums[tile * 32 + lane];  // each tile's sums belong to one warp: no atomics
@@ -629,17 +607,16 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
     }
   };
 
-  for (int s = 0; s + 1 < kSlots; ++s) {
-    issue();
-  }
   for (int64_t first = int64_t(blockIdx.x) * kWarps; first < p.tiles; first += int64_t(gridDim.x) * kWarps) {
     const int64_t row0 = (first + warp) * kRows;  // past the end for some warps of the last CTA: all zeros
     Frags<kW, kMT> a, h;
-    issue();
-    tile_to_frags<T, kW, kMT>(a, take(), p.act_stride, width[L], lane);
-    if (relu_last) {
-      issue();
-      tile_to_frags<T, kW, kMT>(h, take(), p.act_stride, width[L], lane);
+    fetch(p.grad_out, width[L], row0);
+    arrive();
+    tile_to_frags<T, kW, kMT>(a, in, p.act_stride, width[L], lane);
+    if ((p.relu_mask >> (L - 1)) & 1u) {
+      fetch(p.out[L - 1], width[L], row0);
+      arrive();
+      tile_to_frags<T, kW, kMT>(h, in, p.act_stride, width[L], lane);
       apply_relu_mask<T, kW, kMT>(a, h, width[L]);
     }
     for (int l = L - 1;; --l) {
@@ -648,21 +625,21 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
       finish_layer(a, l, row0);
       const bool input = l > 0 || here;  // layer l's input tile: the next mask, and H
       if (input) {
-        issue();
+        fetch(l > 0 ? p.out[l - 1] : p.x, width[l], row0);
       }
       if (l > 0 || p.grad_input != nullptr) {
         dgrad_layer<T, kW, kMT>(a, weight(l), width[l] + kPad, width[l], width[l + 1], lane);
       }
       if (input) {
-        const T* tile = take();
+        arrive();
         if (l > 0) {
-          tile_to_frags<T, kW, kMT>(h, tile, p.act_stride, width[l], lane);
+          tile_to_frags<T, kW, kMT>(h, in, p.act_stride, width[l], lane);
         }
       }
       if (here) {
         __syncthreads();  // every warp's G and H are in place
-        sum_weight_grad(l, static_cast<int>((used - 1) % kSlots));
-        __syncthreads();  // ... and read: the slot and `stage` may be refilled
+        sum_weight_grad(l);
+        __syncthreads();  // ... and read: `in` and `stage` may be refilled
       }
       if (l == 0) {
         break;
@@ -917,14 +894,25 @@ bool launch_tiles(Params p, size_t smem_bytes, int device, cudaStream_t stream) 
   return launch(Instance::fn, p, (p.tiles + kWarps - 1) / kWarps, /*persistent=*/true, smem_bytes, device, stream);
 }
 
+template <typename T, int kW>
+struct WgradKernel {
+  static constexpr void (*fn)(WgradParams) = narrow_mlp_wgrad_kernel<T, kW>;
+};
+
+// f(Kernel<T, kW>{}) for the instance of this dtype and width.
+template <template <typename, int> class Kernel, typename F>
+auto with_instance(at::ScalarType dtype, Width width, const F& f) {
+  if (dtype == at::kHalf) {
+    return width == Width::k64 ? f(Kernel<__half, 64>{}) : f(Kernel<__half, 128>{});
+  }
+  return width == Width::k64 ? f(Kernel<__nv_bfloat16, 64>{}) : f(Kernel<__nv_bfloat16, 128>{});
+}
+
 template <template <typename, int> class Kernel, typename Params>
 bool launch_instance(at::ScalarType dtype, Width width, const Params& p, size_t smem_bytes, int device, cudaStream_t stream) {
-  if (dtype == at::kHalf) {
-    return width == Width::k64 ? launch_tiles<Kernel<__half, 64>>(p, smem_bytes, device, stream)
-                               : launch_tiles<Kernel<__half, 128>>(p, smem_bytes, device, stream);
-  }
-  return width == Width::k64 ? launch_tiles<Kernel<__nv_bfloat16, 64>>(p, smem_bytes, device, stream)
-                             : launch_tiles<Kernel<__nv_bfloat16, 128>>(p, smem_bytes, device, stream);
+  return with_instance<Kernel>(dtype, width, [&](auto instance) {
+    return launch_tiles<decltype(instance)>(p, smem_bytes, device, stream);
+  });
 }
 
 // The layers' shapes if the narrow kernels cover them (half/bfloat16 on sm_80+, 1..16 layers,
@@ -1077,14 +1065,14 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
       p.bias_grad_floats += layers->width[l + 1];
     }
   }
-  // Shared memory of the backward kernel: weights, bias sums, weight-gradient sums, then kSlots + 1
-  // tile buffers per warp. It sums the weight gradients of as many layers as fit (those it cannot go to
+  // Shared memory of the backward kernel: weights, bias sums, weight-gradient sums, then two tile
+  // buffers per warp. It sums the weight gradients of as many layers as fit (those it cannot go to
   // the wgrad kernel, which reads them back from global memory).
   p.bias_sum_offset = static_cast<int>(offset);
   offset = (offset + size_t(p.bias_grad_floats) * sizeof(float) + 15) / 16 * 16;
   p.wgrad_sum_offset = static_cast<int>(offset);
   p.act_stride = widest + kPad;
-  p.warp_bytes = static_cast<int>((kSlots + 1) * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
+  p.warp_bytes = static_cast<int>(2 * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
   const int64_t buffer_bytes = int64_t(kWarps) * p.warp_bytes;
   if (params_grad) {
     // Summing a layer's weight gradient here costs two CTA-wide barriers per chunk, which only a
@@ -1092,12 +1080,9 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     // docs/perf/2026-11-23-h100-fused-wgrad/). So layers are summed here while two CTAs still fit.
     constexpr int64_t kStaticSmem = 128;  // the kernel's own __shared__ flag, with room to spare
     const int64_t base = int64_t(offset + 127) / 128 * 128 + buffer_bytes + kStaticSmem;
-    const at::ScalarType dtype = input2d.scalar_type();
-    const void* kernel = dtype == at::kHalf
-        ? (width == Width::k64 ? reinterpret_cast<const void*>(BackwardKernel<__half, 64>::fn)
-                               : reinterpret_cast<const void*>(BackwardKernel<__half, 128>::fn))
-        : (width == Width::k64 ? reinterpret_cast<const void*>(BackwardKernel<__nv_bfloat16, 64>::fn)
-                               : reinterpret_cast<const void*>(BackwardKernel<__nv_bfloat16, 128>::fn));
+    const void* kernel = with_instance<BackwardKernel>(input2d.scalar_type(), width, [](auto instance) {
+      return reinterpret_cast<const void*>(decltype(instance)::fn);
+    });
     if (blocks_per_sm(kernel, device, size_t(base)) >= 2) {
       int64_t room = std::min<int64_t>(
           int64_t(prop.sharedMemPerMultiprocessor) / 2 - int64_t(prop.reservedSharedMemPerBlock),
@@ -1189,10 +1174,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
       const int64_t stages = (rows + kWgradRows - 1) / kWgradRows;
       w.chunks = static_cast<int>(std::clamp<int64_t>(2 * prop.multiProcessorCount / wgrad_layers, 1, stages));
       w.rows_per_chunk = (stages + w.chunks - 1) / w.chunks * kWgradRows;
-      const bool half = input2d.scalar_type() == at::kHalf;
-      const auto kernel = width == Width::k64
-          ? (half ? narrow_mlp_wgrad_kernel<__half, 64> : narrow_mlp_wgrad_kernel<__nv_bfloat16, 64>)
-          : (half ? narrow_mlp_wgrad_kernel<__half, 128> : narrow_mlp_wgrad_kernel<__nv_bfloat16, 128>);
+      const auto kernel =
+          with_instance<WgradKernel>(input2d.scalar_type(), width, [](auto instance) { return decltype(instance)::fn; });
       TORCH_CHECK(
           launch(kernel, w, int64_t(wgrad_layers) * w.chunks, /*persistent=*/false, wgrad_smem_bytes, device, stream),
           "hypatia: narrow_mlp_backward_cuda: the weight-gradient kernel cannot run on this device, but the "
