@@ -80,6 +80,23 @@ def test_batched_input_keeps_its_batch_dims():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("widths", [[64, 64, 64], [64] * 9, [128, 128, 128]])
+def test_many_tiles_per_warp(dtype, widths):
+    # Enough rows that each warp of the persistent grid takes several tiles (the next one loading
+    # while it computes, where there are two buffers), with a ragged last tile; every layer's
+    # output checked, as the training forward keeps them.
+    torch.manual_seed(len(widths))
+    rows = 24 * torch.cuda.get_device_properties(0).multi_processor_count * 256 + 5
+    x = torch.randn(rows, widths[0], device="cuda").to(dtype)
+    ws, bs = make_mlp(widths, dtype, "mixed", device="cuda")
+    check_matches(torch.ops.hypatia.fused_mlp(x, ws, bs, True), x, ws, bs, True)
+    outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, False)
+    for i, out in enumerate(outputs):
+        relu_last = i + 1 < len(ws)
+        check_matches(out, x, ws[: i + 1], bs[: i + 1], relu_last)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("relu_last", [False, True])
 def test_nan_stays_in_its_row_and_passes_relu(dtype, relu_last):
     # relu(NaN) must be NaN: were it 0, row 3 would come out finite (bias terms only).

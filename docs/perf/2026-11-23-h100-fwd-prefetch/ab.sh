@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# How ab.log was made (2026-11-23, H100): A/B of the narrow MLP forward kernel on the GPU machine.
+# "new": the tree as it is (two tile buffers per warp where they cost no CTA per SM, the next tile
+# loading while this one is computed); "old": the commit before it (one buffer, the next tile
+# loaded after this one's stores), unpacked from old-src.tar (git archive <old commit>). Both are
+# built for sm_90; the CUDA narrow-MLP tests run on "new", then scripts/profile_ops.py (kernel times
+# per forward and forward+backward call) on each, alternately, twice. Output: $OUT/ab.log.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+export HYPATIA_SYSTEM_PYTHON=1 PYTHONUNBUFFERED=1
+log="$OUT/ab.log"
+old=/tmp/hypatia-old
+mkdir -p "$old" && tar -xf "$root/old-src.tar" -C "$old"
+{
+  echo "# narrow MLP forward A/B, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda)'
+} >"$log"
+(HYPATIA_BUILD_DIR="$old/build-gpu" bash "$old/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build-old.log" 2>&1) &
+HYPATIA_BUILD_DIR="$root/build-gpu" bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build-new.log" 2>&1 \
+  || { tail -30 "$OUT/build-new.log" >>"$log"; exit 1; }
+wait || { tail -30 "$OUT/build-old.log" >>"$log"; exit 1; }
+
+export HYPATIA_OPS_LIBRARY="$root/build-gpu/libhypatia_ops.so"
+echo "## tests (new)" >>"$log"
+(cd "$root" && python3 -m pytest -q tests/python/test_narrow_mlp.py 2>&1 | tail -5) >>"$log"
+
+for round in 1 2; do
+  for which in old new; do
+    lib="$root/build-gpu/libhypatia_ops.so"
+    [ "$which" = old ] && lib="$old/build-gpu/libhypatia_ops.so"
+    echo "## $which, round $round" >>"$log"
+    for shape in "65536 64,64,64 bfloat16" "262144 64,64,64 float16" "262144 64,64,64,64,64 bfloat16" \
+                 "262144 64,64,64,64,64,64,64,64,64 float16" "65536 128,128,128 bfloat16"; do
+      set -- $shape
+      HYPATIA_OPS_LIBRARY="$lib" python3 "$root/scripts/profile_ops.py" --rows "$1" --widths "$2" --dtype "$3" 2>&1 \
+        | grep -v "Warning\|_warn_once" | grep -A4 "^== " >>"$log"
+    done
+  done
+done
