@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
@@ -32,7 +33,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hypatia-run MODEL.pt [--fuse] [--freeze] [--no-mlp] [--compare OTHER.pt]\n"
-    "                   [--device cpu|cuda] [--batch N] [--features N] [--iters N] [--warmup N]\n"
+    "                   [--device cpu|cuda|cuda:N] [--batch N] [--features N] [--iters N] [--warmup N]\n"
     "                   [--threads N] [--seed N]\n"
     "  Runs MODEL.pt on a random [batch, features] input and prints its median latency.\n"
     "  --fuse          also run a copy rewritten by hypatia::fuse and compare it with MODEL.pt\n"
@@ -77,6 +78,19 @@ int64_t parse_count(const std::string& flag, const std::string& text, int64_t mi
   return value;
 }
 
+// cpu, cuda (the current GPU) or cuda:N.
+c10::Device parse_device(const std::string& text) {
+  std::optional<c10::Device> device;
+  try {
+    device = c10::Device(text);
+  } catch (const std::exception&) {
+  }
+  if (!device || !(device->is_cuda() || (device->is_cpu() && !device->has_index()))) {
+    throw UsageError("--device expects cpu, cuda or cuda:N, got '" + text + "'");
+  }
+  return *device;
+}
+
 Options parse_args(int argc, char** argv) {
   Options opt;
   std::vector<std::string> positional;
@@ -98,11 +112,7 @@ Options parse_args(int argc, char** argv) {
     } else if (arg == "--compare") {
       opt.compare = value();
     } else if (arg == "--device") {
-      const std::string device = value();
-      if (device != "cpu" && device != "cuda") {
-        throw UsageError("--device expects cpu or cuda, got '" + device + "'");
-      }
-      opt.device = device == "cpu" ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA);
+      opt.device = parse_device(value());
     } else if (arg == "--batch") {
       opt.batch = parse_count(arg, value(), 1);
     } else if (arg == "--features") {
@@ -300,9 +310,18 @@ int run_main(const Options& opt) {
     setenv("OMP_NUM_THREADS", std::to_string(*opt.threads).c_str(), 1);
     at::set_num_threads(static_cast<int>(*opt.threads));
   }
-  if (opt.device.is_cuda() && !torch::cuda::is_available()) {
-    throw std::runtime_error("--device cuda given, but no CUDA device is available");
+  if (opt.device.is_cuda()) {
+    const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+    if (count == 0) {
+      throw std::runtime_error("--device " + opt.device.str() + " given, but no CUDA device is available");
+    }
+    if (opt.device.index() >= count) {
+      throw std::runtime_error("--device " + opt.device.str() + " given, but there are only " + std::to_string(count) +
+                               " CUDA devices (cuda:0 to cuda:" + std::to_string(count - 1) + ")");
+    }
   }
+  // The chosen GPU is the current one from here on, as in an application serving from it.
+  const c10::DeviceGuard device_guard(opt.device);
   at::NoGradGuard no_grad;
   torch::jit::Module model = load_model(opt.model, opt.device);
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (no network, torch in the system python3):
-#   gpu_check.sh [all|tests|bench] [bench_ops.py arguments...]
+#   gpu_check.sh [all|tests|bench|multi] [bench_ops.py arguments...]
 # tests: build for sm_90 and run the whole suite, then the bundled models end to end on CUDA
 # (scripts/bench_models.sh); bench: scripts/bench_ops.py --device cuda; all (default): both.
+# multi (a machine with two GPUs): build, then the tests that run on cuda:1 while cuda:0 is current.
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
 # Logs and results go to $OUT (the device tool's folder) or docs/perf/latest; commit them
 # under docs/perf/ with the date.
@@ -33,6 +34,21 @@ if [ "$phase" = all ] || [ "$phase" = tests ]; then
   bash "$root/scripts/bench_models.sh" cuda 2>&1 | tee "$out/e2e.log"
   e2e_rc=${PIPESTATUS[0]}
   [ "$tests_rc" = 0 ] && [ "$e2e_rc" = 0 ] || status=1
+fi
+
+if [ "$phase" = multi ]; then
+  log="$out/gpu_multi.log"
+  {
+    echo "# Hypatia Ops two-GPU check"
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: ${HYPATIA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>&1
+    python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda, " devices:", torch.cuda.device_count())'
+  } >"$log"
+  bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 || { tail -30 "$out/build.log" >>"$log"; exit 1; }
+  (cd "$root" && python3 -m pytest -q -rs tests/python -k "cuda1 or non_default_device or mixed_devices or run_errors" 2>&1) \
+    | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if [ "$phase" = all ] || [ "$phase" = bench ]; then

@@ -8,12 +8,14 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# With two GPUs, every test taking `device` also runs on cuda:1 while cuda:0 stays current: the ops'
+# device guards, per-device streams and caches (test ids: cpu, cuda, cuda1).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["cuda:1"] if torch.cuda.device_count() > 1 else [])
 
 
 def pytest_generate_tests(metafunc):
     if "device" in metafunc.fixturenames:
-        metafunc.parametrize("device", DEVICES)
+        metafunc.parametrize("device", DEVICES, ids=[d.replace(":", "") for d in DEVICES])
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -61,6 +61,9 @@ def test_mixed_devices():
         flr(t(2, 4, device="cuda"), t(5, 4, device="cuda"), t(5))
     with pytest.raises(RuntimeError, match=r"weights\[1\] must be on the input's device"):
         mlp(t(2, 4, device="cuda"), [t(5, 4, device="cuda"), t(3, 5)], [None, None])
+    if torch.cuda.device_count() > 1:
+        with pytest.raises(RuntimeError, match="weight must be on the input's device cuda:1, but is on cuda:0"):
+            flr(t(2, 4, device="cuda:1"), t(5, 4, device="cuda:0"))
 
 
 def test_private_ops_run_on_inputs_that_require_grad_and_refuse_backward(device):

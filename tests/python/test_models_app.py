@@ -200,6 +200,9 @@ def test_run_errors(exported, tmp_path):
     assert_one_line_error(hypatia_run(model, "--frobnicate", expect_ok=False), 2, "--frobnicate")
     assert_one_line_error(hypatia_run(expect_ok=False), 2, "one model file")
     assert_one_line_error(hypatia_run(model, "--features", "10", *FAST, expect_ok=False), 1, "shapes")
+    assert_one_line_error(hypatia_run(model, "--device", "cpu:0", expect_ok=False), 2, "--device")
+    missing = f"cuda:{torch.cuda.device_count()}"  # one past the last GPU, or cuda:0 without one
+    assert_one_line_error(hypatia_run(model, "--device", missing, expect_ok=False), 1, "CUDA device")
     if not torch.cuda.is_available():
         assert_one_line_error(hypatia_run(model, "--device", "cuda", expect_ok=False), 1, "CUDA")
 
