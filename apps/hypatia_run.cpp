@@ -316,8 +316,10 @@ int run_main(const Options& opt) {
       throw std::runtime_error("--device " + opt.device.str() + " given, but no CUDA device is available");
     }
     if (opt.device.index() >= count) {
-      throw std::runtime_error("--device " + opt.device.str() + " given, but there are only " + std::to_string(count) +
-                               " CUDA devices (cuda:0 to cuda:" + std::to_string(count - 1) + ")");
+      throw std::runtime_error(
+          "--device " + opt.device.str() + " given, but " +
+          (count == 1 ? std::string("the one CUDA device is cuda:0")
+                      : "the " + std::to_string(count) + " CUDA devices are cuda:0 to cuda:" + std::to_string(count - 1)));
     }
   }
   // The chosen GPU is the current one from here on, as in an application serving from it.
