@@ -117,6 +117,43 @@ def test_concurrent_threads_get_correct_results():
     assert len(errors) == 80 and max(errors) < 1e-5
 
 
+def test_concurrent_threads_train_narrow_mlps():
+    # The narrow MLP's forward, backward and wgrad kernels from several threads at once, each on its
+    # own stream, against the same steps run one at a time beforehand (the weight gradients' float
+    # atomics may add in another order, hence a tolerance rather than equality).
+    cases = []
+    for widths in ([64, 64, 64], [64] * 9, [128, 128, 128]):
+        torch.manual_seed(len(widths))
+        x = torch.randn(5000, widths[0], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        ws = [(torch.randn(n, k, device="cuda") / k**0.5).to(torch.bfloat16).requires_grad_() for k, n in zip(widths, widths[1:])]
+        bs = [torch.randn(n, device="cuda", dtype=torch.bfloat16, requires_grad=True) for n in widths[1:]]
+        gout = torch.randn(5000, widths[-1], device="cuda", dtype=torch.bfloat16)
+        cases.append((x, ws, bs, gout))
+
+    def train_step(x, ws, bs, gout):
+        out = torch.ops.hypatia.fused_mlp(x, ws, bs, False)
+        return [out] + list(torch.autograd.grad(out, [x] + ws + bs, gout))
+
+    expected = [train_step(*case) for case in cases]
+    errors = []
+
+    def worker(i):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.default_stream())  # the inputs were made there
+        with torch.cuda.stream(stream):
+            for _ in range(5):
+                got = train_step(*cases[i])
+                stream.synchronize()
+                errors.append(max(rel_error(g, e) for g, e in zip(got, expected[i])))
+
+    threads = [threading.Thread(target=worker, args=(i % len(cases),)) for i in range(2 * len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 5 * len(threads) and max(errors) < TOLERANCE[torch.bfloat16]
+
+
 def test_runs_on_the_current_stream():
     x, w, b = torch.randn(256, 256, device="cuda"), torch.randn(512, 256, device="cuda"), torch.randn(512, device="cuda")
     torch.ops.hypatia.fused_linear_relu(x, w, b)  # warm (autotuned on the default stream)
