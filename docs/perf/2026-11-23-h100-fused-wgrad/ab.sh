@@ -7,20 +7,7 @@
 # scripts/profile_ops.py (kernel times) runs on each, alternately, and on "new-unfused"
 # (HYPATIA_EXP_NO_FUSE=1: every weight gradient in the second kernel). Output: $OUT/ab.log.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-export HYPATIA_SYSTEM_PYTHON=1 PYTHONUNBUFFERED=1
-log="$OUT/ab.log"
-old=/tmp/hypatia-old
-mkdir -p "$old" && tar -xf "$root/old-src.tar" -C "$old"
-{
-  echo "# narrow MLP backward A/B, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
-  python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda)'
-} >"$log"
-(HYPATIA_BUILD_DIR="$old/build-gpu" bash "$old/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build-old.log" 2>&1) &
-HYPATIA_BUILD_DIR="$root/build-gpu" bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/build-new.log" 2>&1 \
-  || { tail -30 "$OUT/build-new.log" >>"$log"; exit 1; }
-wait || { tail -30 "$OUT/build-old.log" >>"$log"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../ab_builds.sh" "narrow MLP backward A/B"
 
 export HYPATIA_OPS_LIBRARY="$root/build-gpu/libhypatia_ops.so"
 echo "## tests (new)" >>"$log"
