@@ -67,7 +67,8 @@ def test_cuda_graph_of_a_training_step(widths):
     dtype = torch.bfloat16 if widths[0] == 64 else torch.float32
 
     def run(module, x):
-        return torch.ops.hypatia.fused_mlp(x, [l.weight for l in module.layers], [l.bias for l in module.layers], False)
+        return torch.ops.hypatia.fused_mlp(
+            x, [layer.weight for layer in module.layers], [layer.bias for layer in module.layers], False)
 
     class Step(torch.nn.Module):
         def __init__(self):
