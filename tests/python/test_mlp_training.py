@@ -44,9 +44,9 @@ def random(shape, dtype, device):
 
 # 5000 rows: several blocks of rows and a short last one in the CPU kernel, split over two tasks
 # when two threads run. The widths: narrow (both devices' narrow kernels; on CUDA, the backward
-# kernel sums the weight gradients of [64, 64, 64] and [16, 16] itself, and a second kernel those of
-# [64] * 9, [32, 128, 16] and [128] * 4), and 300 wide (CUDA and CPU float32/float64: the per-layer path; CPU half
-# precision: blocks, at any width).
+# kernel sums the weight gradients of [64, 64, 64] and [16, 16] itself, and a second kernel those
+# of [64] * 9, [32, 128, 16] and [128] * 4), and 300 wide (CUDA and CPU float32/float64: the
+# per-layer path; CPU half precision: blocks, at any width).
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [1, 33, 5000, 65536])
 @pytest.mark.parametrize("widths", [[64, 64, 64], [64] * 9, [32, 128, 16], [128] * 4, [16, 16], [64, 300, 64]])

@@ -2,8 +2,7 @@
 results against float64 with eager's per-layer rounding and against eager itself, its edge cases,
 the shapes that must fall back to the per-layer path, the HYPATIA_DISABLE_NARROW_MLP switch, and
 which kernels run (one launch forward; backward, one, or two where some weight gradients do not
-fit on chip). The
-training path's gradients are checked on every device in test_mlp_training.py."""
+fit on chip). The training path's gradients are checked on every device in test_mlp_training.py."""
 import os
 import subprocess
 import sys
@@ -82,9 +81,9 @@ def test_batched_input_keeps_its_batch_dims():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("widths", [[64, 64, 64], [64] * 9, [128, 128, 128]])
 def test_many_tiles_per_warp(dtype, widths):
-    # Enough rows that each warp of the persistent grid takes several tiles (the next one loading
-    # while it computes, where there are two buffers), with a ragged last tile; every layer's
-    # output checked, as the training forward keeps them.
+    # Enough rows that each warp of the persistent grid takes several tiles (its one tile buffer
+    # refilled after each tile's stores), with a ragged last tile; every layer's output checked, as
+    # the training forward keeps them.
     torch.manual_seed(len(widths))
     rows = 24 * torch.cuda.get_device_properties(0).multi_processor_count * 256 + 5
     x = torch.randn(rows, widths[0], device="cuda").to(dtype)
