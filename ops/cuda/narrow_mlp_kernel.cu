@@ -908,6 +908,12 @@ auto with_instance(at::ScalarType dtype, Width width, const F& f) {
   return width == Width::k64 ? f(Kernel<__nv_bfloat16, 64>{}) : f(Kernel<__nv_bfloat16, 128>{});
 }
 
+// The instance's kernel function.
+template <template <typename, int> class Kernel>
+auto kernel_of(at::ScalarType dtype, Width width) {
+  return with_instance<Kernel>(dtype, width, [](auto instance) { return decltype(instance)::fn; });
+}
+
 template <template <typename, int> class Kernel, typename Params>
 bool launch_instance(at::ScalarType dtype, Width width, const Params& p, size_t smem_bytes, int device, cudaStream_t stream) {
   return with_instance<Kernel>(dtype, width, [&](auto instance) {
@@ -1080,9 +1086,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     // docs/perf/2026-11-23-h100-fused-wgrad/). So layers are summed here while two CTAs still fit.
     constexpr int64_t kStaticSmem = 128;  // the kernel's own __shared__ flag, with room to spare
     const int64_t base = int64_t(offset + 127) / 128 * 128 + buffer_bytes + kStaticSmem;
-    const void* kernel = with_instance<BackwardKernel>(input2d.scalar_type(), width, [](auto instance) {
-      return reinterpret_cast<const void*>(decltype(instance)::fn);
-    });
+    const void* kernel = reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width));
     if (blocks_per_sm(kernel, device, size_t(base)) >= 2) {
       int64_t room = std::min<int64_t>(
           int64_t(prop.sharedMemPerMultiprocessor) / 2 - int64_t(prop.reservedSharedMemPerBlock),
@@ -1174,8 +1178,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
       const int64_t stages = (rows + kWgradRows - 1) / kWgradRows;
       w.chunks = static_cast<int>(std::clamp<int64_t>(2 * prop.multiProcessorCount / wgrad_layers, 1, stages));
       w.rows_per_chunk = (stages + w.chunks - 1) / w.chunks * kWgradRows;
-      const auto kernel =
-          with_instance<WgradKernel>(input2d.scalar_type(), width, [](auto instance) { return decltype(instance)::fn; });
+      const auto kernel = kernel_of<WgradKernel>(input2d.scalar_type(), width);
       TORCH_CHECK(
           launch(kernel, w, int64_t(wgrad_layers) * w.chunks, /*persistent=*/false, wgrad_smem_bytes, device, stream),
           "hypatia: narrow_mlp_backward_cuda: the weight-gradient kernel cannot run on this device, but the "
