@@ -17,16 +17,19 @@ export HYPATIA_SYSTEM_PYTHON=1 HYPATIA_BUILD_DIR="${HYPATIA_BUILD_DIR:-$root/bui
 export HYPATIA_OPS_LIBRARY="$HYPATIA_BUILD_DIR/libhypatia_ops.so"
 status=0
 
+# A log's first lines: its title, then the date, commit, GPUs, torch and nvcc.
+header() {
+  echo "# $1"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: ${HYPATIA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+  echo "gpu: $(nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1)"
+  python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda, " devices:", torch.cuda.device_count())'
+  echo "nvcc: $(nvcc --version | tail -n 1)"
+}
+
 if [ "$phase" = all ] || [ "$phase" = tests ]; then
   log="$out/gpu_check.log"
-  {
-    echo "# Hypatia Ops GPU check"
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: ${HYPATIA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
-    python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda)'
-    echo "nvcc: $(nvcc --version | tail -n 1)"
-  } >"$log"
+  header "Hypatia Ops GPU check" >"$log"
   cat "$log"
   bash "$root/scripts/run_tests.sh" -DCMAKE_CUDA_ARCHITECTURES=90 2>&1 | tee -a "$log"
   tests_rc=${PIPESTATUS[0]}
@@ -38,13 +41,7 @@ fi
 
 if [ "$phase" = multi ]; then
   log="$out/gpu_multi.log"
-  {
-    echo "# Hypatia Ops two-GPU check"
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: ${HYPATIA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-    nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>&1
-    python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda, " devices:", torch.cuda.device_count())'
-  } >"$log"
+  header "Hypatia Ops two-GPU check" >"$log"
   bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 || { tail -30 "$out/build.log" >>"$log"; exit 1; }
   (cd "$root" && python3 -m pytest -q -rs tests/python -k "cuda1 or non_default_device or mixed_devices or run_errors" 2>&1) \
     | tee -a "$log"
