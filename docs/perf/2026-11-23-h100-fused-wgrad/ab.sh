@@ -7,7 +7,7 @@
 # scripts/profile_ops.py (kernel times) runs on each, alternately, and on "new-unfused"
 # (HYPATIA_EXP_NO_FUSE=1: every weight gradient in the second kernel). Output: $OUT/ab.log.
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../ab_builds.sh" "narrow MLP backward A/B"
+source "$(dirname "${BASH_SOURCE[0]}")/../ab_common.sh" "narrow MLP backward A/B"
 
 export HYPATIA_OPS_LIBRARY="$root/build-gpu/libhypatia_ops.so"
 echo "## tests (new)" >>"$log"

@@ -6,22 +6,13 @@
 # scripts/profile_ops.py (kernel times per forward and forward+backward call) on each,
 # alternately, twice. Output: $OUT/ab.log.
 set -uo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../ab_builds.sh" "narrow MLP forward tile height A/B"
+source "$(dirname "${BASH_SOURCE[0]}")/../ab_common.sh" "narrow MLP forward tile height A/B"
 
 export HYPATIA_OPS_LIBRARY="$root/build-gpu/libhypatia_ops.so"
 echo "## tests (new)" >>"$log"
 (cd "$root" && python3 -m pytest -q tests/python/test_narrow_mlp.py -k "many_tiles or matches_rounded or one_kernel" 2>&1 | tail -3) >>"$log"
 
-for round in 1 2; do
-  for which in old new; do
-    lib="$root/build-gpu/libhypatia_ops.so"
-    [ "$which" = old ] && lib="$old/build-gpu/libhypatia_ops.so"
-    echo "## $which, round $round" >>"$log"
-    for shape in "65536 64,64,64 bfloat16" "262144 64,64,64 float16" "262144 64,64,64,64,64 bfloat16" \
-                 "262144 64,64,64,64,64,64,64,64,64 float16"; do
-      set -- $shape
-      HYPATIA_OPS_LIBRARY="$lib" python3 "$root/scripts/profile_ops.py" --rows "$1" --widths "$2" --dtype "$3" 2>&1 \
-        | grep -v "Warning\|_warn_once" | grep -A4 "^== " >>"$log"
-    done
-  done
-done
+profile_old_and_new "65536 64,64,64 bfloat16" \
+  "262144 64,64,64 float16" \
+  "262144 64,64,64,64,64 bfloat16" \
+  "262144 64,64,64,64,64,64,64,64,64 float16"
