@@ -163,6 +163,11 @@ std::vector<at::Tensor> fused_linear_relu_backward_cuda(
 std::vector<at::Tensor> fused_mlp_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
+// act(x @ w.T + b) for 1..32 rows (ops/cuda/skinny_linear_kernel.cu): float32, float16 or
+// bfloat16, x [M, K] and w [N, K] dense and 16-byte aligned, K * element size a multiple of 16,
+// sm_80 or newer with room for its shared memory. Returns false, doing nothing, on problems it does
+// not cover.
+bool skinny_linear_cuda(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out);
 // The narrow MLP (ops/cuda/narrow_mlp_kernel.cu): 1..16 layers, every width a multiple of 16 and
 // <= 128, half or bfloat16, dense 16-byte-aligned operands, sm_80 or newer.
 // Forward in one kernel: outputs[l] receives layer l's output ([M, N_l], preallocated dense), or is

@@ -6,7 +6,8 @@
 // and workspace. Per problem, the heuristic's top candidates and ATen's own way to the same result
 // are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
 // untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
-// algorithm, ATen's. Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
+// algorithm, ATen's. The forward of a few rows (M <= 32) also times the library's own kernel,
+// ops/cuda/skinny_linear_kernel.cu (HYPATIA_SKINNY_LINEAR=0: never; =1: wherever it applies, untimed). Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
 // the half-precision output type, which eager's default allows): one rounding, at the end.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
 // torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem;
@@ -160,10 +161,10 @@ struct AlgoKeyHash {
   }
 };
 
-// The choice for one key: a cuBLASLt algorithm, or ATen's own path, which on some shapes beats
-// every algorithm cuBLASLt's heuristic offers.
+// The choice for one key: a cuBLASLt algorithm, ATen's own path (which on some shapes beats every
+// algorithm cuBLASLt's heuristic offers), or the library's own kernel for the problem.
 struct AlgoChoice {
-  bool use_aten = false;
+  enum class Way { cublaslt, aten, own_kernel } way = Way::cublaslt;
   cublasLtMatmulAlgo_t algo = {};
 };
 
@@ -196,6 +197,20 @@ bool autotune_enabled() {
     return env == nullptr || std::string(env) != "0";
   }();
   return enabled;
+}
+
+// HYPATIA_SKINNY_LINEAR: unset, the own kernel is timed with the rest; "0", never used; "1", used
+// wherever it applies, untimed (how the tests reach it on every problem it covers).
+enum class OwnKernel { timed, never, always };
+OwnKernel own_kernel_mode() {
+  static const OwnKernel mode = [] {
+    const char* env = std::getenv("HYPATIA_SKINNY_LINEAR");
+    if (env == nullptr || std::string(env).empty()) {
+      return OwnKernel::timed;
+    }
+    return std::string(env) == "0" ? OwnKernel::never : OwnKernel::always;
+  }();
+  return mode;
 }
 
 bool log_enabled() {
@@ -351,16 +366,22 @@ class LtPlan {
 };
 
 // Runs `plan` with the algorithm chosen for its key: on first use, `aten` (ATen's way to the
-// same result) and each heuristic candidate that `acceptable` passes are timed, and the fastest
+// same result), `own_kernel` (the library's kernel for the problem: false, doing nothing, where it
+// does not apply) and each heuristic candidate that `acceptable` passes are timed, and the fastest
 // is cached. Returns false when `aten` should run instead: chosen as fastest, no candidate, or
 // none chosen yet while the stream is captured into a CUDA graph (whose capture forbids the
 // host syncs of probing and timing; the choice is made on a later, uncaptured call).
 // `prepare` makes what only the plan reads (ATen's way does without it), before its first run.
-template <typename Aten, typename Acceptable, typename Prepare>
-bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& acceptable, const Prepare& prepare) {
+template <typename Aten, typename Acceptable, typename Prepare, typename OwnKernelRun>
+bool run_fastest(
+    const LtPlan& plan, const Aten& aten, const Acceptable& acceptable, const Prepare& prepare,
+    const OwnKernelRun& own_kernel) {
+  using Way = AlgoChoice::Way;
   if (const std::optional<AlgoChoice> cached = algo_cache().find(plan.key())) {
-    if (cached->use_aten) {
-      return false;
+    switch (cached->way) {
+      case Way::aten: return false;
+      case Way::own_kernel: return own_kernel();
+      case Way::cublaslt: break;
     }
     prepare();
     HYPATIA_CUBLAS_CHECK(plan.run(cached->algo));
@@ -372,13 +393,37 @@ bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& accepta
   if (capture != cudaStreamCaptureStatusNone) {
     return false;
   }
-  AlgoChoice best{/*use_aten=*/true};
+  auto log = [&](const std::string& timings, const std::string& chosen) {
+    if (log_enabled()) {
+      std::fprintf(stderr, "hypatia cuBLASLt %s: %s; chosen: %s\n", plan.describe().c_str(), timings.c_str(),
+                   chosen.c_str());
+    }
+  };
+  if (own_kernel_mode() == OwnKernel::always && own_kernel()) {
+    log("own kernel untimed", "own");
+    algo_cache().insert(plan.key(), AlgoChoice{Way::own_kernel});
+    return true;
+  }
+  AlgoChoice best{Way::aten};
+  std::string chosen = "aten";
   float best_ms = !autotune_enabled() ? std::numeric_limits<float>::infinity() : time_ms(stream, [&] {
     aten();
     return true;
   });
-  std::string timings = "aten " + std::to_string(best_ms) + " ms, candidates";
-  int index = 0, chosen = -1;
+  std::string timings = "aten " + std::to_string(best_ms) + " ms";
+  if (autotune_enabled() && own_kernel_mode() == OwnKernel::timed) {
+    const float ms = time_ms(stream, own_kernel);
+    if (ms < std::numeric_limits<float>::infinity()) {
+      timings += ", own " + std::to_string(ms) + " ms";
+      if (ms < best_ms) {
+        best_ms = ms;
+        best = AlgoChoice{Way::own_kernel};
+        chosen = "own";
+      }
+    }
+  }
+  timings += ", candidates";
+  int index = 0;
   prepare();
   for (const cublasLtMatmulAlgo_t& algo : plan.candidates()) {
     const int i = index++;
@@ -387,34 +432,38 @@ bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& accepta
       continue;
     }
     if (!autotune_enabled()) {  // the heuristic's first acceptable pick
-      best = AlgoChoice{/*use_aten=*/false, algo};
-      chosen = i;
+      best = AlgoChoice{Way::cublaslt, algo};
+      chosen = std::to_string(i);
       break;
     }
     const float ms = time_ms(stream, [&] { return plan.run(algo) == CUBLAS_STATUS_SUCCESS; });
     timings += " " + std::to_string(i) + ":" + std::to_string(ms);
     if (ms < best_ms) {
       best_ms = ms;
-      best = AlgoChoice{/*use_aten=*/false, algo};
-      chosen = i;
+      best = AlgoChoice{Way::cublaslt, algo};
+      chosen = std::to_string(i);
     }
   }
-  if (log_enabled()) {
-    std::fprintf(stderr, "hypatia cuBLASLt %s: %s; chosen: %s\n", plan.describe().c_str(), timings.c_str(),
-                 chosen < 0 ? "aten" : std::to_string(chosen).c_str());
-  }
+  log(timings, chosen);
   algo_cache().insert(plan.key(), best);
   // The last timed run may have been another candidate: write the result with the winner.
-  if (best.use_aten) {
-    return false;
+  switch (best.way) {
+    case Way::aten: return false;
+    case Way::own_kernel: return own_kernel();
+    case Way::cublaslt: break;
   }
   HYPATIA_CUBLAS_CHECK(plan.run(best.algo));
   return true;
 }
 
+// Where the library has no kernel of its own for the problem.
+bool no_own_kernel() {
+  return false;
+}
+
 template <typename Aten, typename Acceptable>
 bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& acceptable) {
-  return run_fastest(plan, aten, acceptable, [] {});
+  return run_fastest(plan, aten, acceptable, [] {}, no_own_kernel);
 }
 
 // For problems without an epilogue whose results a probe must vet.
@@ -471,7 +520,9 @@ bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTenso
   auto acceptable = [&](const cublasLtMatmulAlgo_t& algo) {
     return (!relu || keeps_nan(algo)) && (!has_bias || !half || rounds_once(algo));
   };
-  return run_fastest(plan, [&] { linear_act_aten(x, w, b, relu, out); }, acceptable);
+  return run_fastest(
+      plan, [&] { linear_act_aten(x, w, b, relu, out); }, acceptable, [] {},
+      [&] { return skinny_linear_cuda(x, w, b, relu, out); });
 }
 
 }  // namespace
@@ -563,7 +614,7 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
   const LtMatmul unallocated = problem(g.data_ptr(), fresh, bias_grad ? fresh : nullptr, fresh);
   const std::optional<AlgoChoice> cached =
       algo_cache().find(LtPlan::key_of(unallocated, g.scalar_type(), g.get_device()));
-  if (cached && cached->use_aten) {
+  if (cached && cached->way == AlgoChoice::Way::aten) {
     return aten();
   }
   // The ReLU's mask as bits, which the DRELU epilogue reads: packed only when that runs.
@@ -595,7 +646,7 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
     return probe->run(algo) == CUBLAS_STATUS_SUCCESS && d_p[0].eq(0).all().item<bool>() &&
         (M == 1 || d_p[1].isnan().all().item<bool>());
   };
-  if (run_fastest(plan, [&] { aten(); }, as_eager, pack_bits)) {
+  if (run_fastest(plan, [&] { aten(); }, as_eager, pack_bits, no_own_kernel)) {
     return {grad_input, grad_bias};
   }
   return aten();

@@ -9,6 +9,8 @@
 // the backward reads grad_out, the input and the saved outputs (for the ReLU masks) once, writes
 // grad_input, and sums the weight and bias gradients on chip.
 #include "ops/fused_ops.h"
+#include "ops/cuda/kernel_launch.h"
+#include "ops/cuda/mma_primitives.cuh"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -17,15 +19,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 namespace hypatia::ops {
@@ -112,76 +108,6 @@ struct WgradParams {
 
 // ----------------------------------------------------------------------------------------- device
 
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store_rounded(__half* to, float v) { *to = __float2half_rn(v); }
-__device__ __forceinline__ void store_rounded(__nv_bfloat16* to, float v) { *to = __float2bfloat16_rn(v); }
-
-// Two floats rounded to nearest into the storage dtype (one cvt), `lo` at the lower address.
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-// ReLU of a packed pair, NaN kept as torch.relu keeps it (max.NaN). Applied after the rounding,
-// with which it commutes.
-__device__ __forceinline__ uint32_t relu2(uint32_t v, __half) {
-  const __half2 r = __hmax2_nan(*reinterpret_cast<const __half2*>(&v), __float2half2_rn(0.f));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-__device__ __forceinline__ uint32_t relu2(uint32_t v, __nv_bfloat16) {
-  const __nv_bfloat162 r = __hmax2_nan(*reinterpret_cast<const __nv_bfloat162*>(&v), __float2bfloat162_rn(0.f));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-__device__ __forceinline__ float2 unpack2(uint32_t v, __half) {
-  return make_float2(to_float(__ushort_as_half(uint16_t(v))), to_float(__ushort_as_half(uint16_t(v >> 16))));
-}
-__device__ __forceinline__ float2 unpack2(uint32_t v, __nv_bfloat16) {
-  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-}
-
-// d = a @ b + c for one 16x8x16 tile: a as 4 registers of element pairs (rows g and g+8, columns
-// 2t.. and 2t+8..), b as 2 (rows 2t.. and 2t+8.., column g), c and d as rows g and g+8, columns
-// 2t, 2t+1 (g = lane / 4, t = lane % 4).
-__device__ __forceinline__ void mma(
-    float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const float (&c)[4], __half) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
-__device__ __forceinline__ void mma(
-    float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const float (&c)[4], __nv_bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
-
-// Four 8x8 matrices of 16-bit elements from shared memory; lanes 8i..8i+7 give the row addresses
-// of matrix i. Lane l receives, of each matrix, row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 (or,
-// transposed, rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
 // One 16x8 tile (mb, nt) of a weight gradient dW = G.T @ H [N, K] over 16 rows: this lane's
 // ldmatrix row addresses, as byte offsets from the first of the 16 G rows (stride g_stride
 // elements) and the first of the 16 H rows (h_stride). A = G.T: transposed 8x8 blocks (rows 0-7,
@@ -259,10 +185,7 @@ __device__ __forceinline__ void issue_tile_load(
     const int r = c / chunks_per_row, col = (c % chunks_per_row) * 8;
     const int64_t row = row0 + r;
     const bool in_range = row < rows;
-    const T* src = in_range ? x + row * k0 + col : x;  // a valid address even when nothing is read
-    const unsigned dst_addr = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * stride + col));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_addr), "l"(src), "r"(in_range ? 16 : 0)
-                 : "memory");
+    cp_async16(dst + r * stride + col, in_range ? x + row * k0 + col : x, in_range);
   }
 }
 
@@ -413,7 +336,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_forward_kernel(const __gr
   __syncthreads();  // the only block-wide barrier: from here on each warp works on its own rows
 
   for (; tile < p.tiles; tile += tile_step) {
-    cp_async_wait_all();
+    cp_async_wait();
     __syncwarp();  // every lane's copies of this tile are visible to the whole warp
     Frags<kW, kMT> a;
     tile_to_frags<T, kW, kMT>(a, act, p.act_stride, k0, lane);
@@ -565,7 +488,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
     cp_async_commit();
   };
   auto arrive = [&] {
-    cp_async_wait_all();
+    cp_async_wait();
     __syncwarp();
   };
   // Layer l's output gradient in `a`, masked already: sum it for the bias gradient, and keep it for
@@ -709,10 +632,7 @@ __device__ __forceinline__ void issue_rows_load(T* dst, const T* __restrict__ sr
     const int r = c / chunks_per_row, col = (c % chunks_per_row) * 8;
     const int64_t row = row0 + r;
     const bool in_range = row < end;
-    const T* from = in_range ? src + row * cols + col : src;
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst + r * (cols + kPad) + col));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from), "r"(in_range ? 16 : 0)
-                 : "memory");
+    cp_async16(dst + r * (cols + kPad) + col, in_range ? src + row * cols + col : src, in_range);
   }
 }
 
@@ -761,7 +681,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid
       issue_rows_load(h_rows(ahead_stage), h, K, ahead, end);
     }
     cp_async_commit();
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kWgradStages - 1) : "memory");
+    cp_async_wait<kWgradStages - 1>();
     __syncthreads();
     const unsigned g_base = static_cast<unsigned>(__cvta_generic_to_shared(g_rows(s)));
     const unsigned h_base = static_cast<unsigned>(__cvta_generic_to_shared(h_rows(s)));
@@ -805,58 +725,12 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid
 
 // ------------------------------------------------------------------------------------------- host
 
-void check_cuda(cudaError_t err, const char* what) {
-  TORCH_CHECK(err == cudaSuccess, std::string("hypatia: narrow_mlp: ") + what + " failed: " + cudaGetErrorString(err));
-}
-
-bool aligned16(const at::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
-
-bool dense(const at::Tensor& t) {
-  return t.is_contiguous() && aligned16(t);
-}
-
-// CTAs of `kernel` with `smem_bytes` of dynamic shared memory that fit on one SM of the current
-// device (0: none, or no kernel image for it). Asked of the runtime once per kernel, device and
-// size, so that launches cost no attribute or occupancy queries.
-int blocks_per_sm(const void* kernel, int device, size_t smem_bytes) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, size_t>, int> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(kernel, device, smem_bytes);
-  if (const auto it = cache.find(key); it != cache.end()) {
-    return it->second;
-  }
-  int blocks = 0;
-  cudaFuncAttributes attributes;
-  const cudaError_t err = cudaFuncGetAttributes(&attributes, kernel);
-  if (err == cudaErrorInvalidDeviceFunction || err == cudaErrorNoKernelImageForDevice) {
-    (void)cudaGetLastError();  // not sticky: clear it so that the fallback path starts clean
-  } else {
-    check_cuda(err, "cudaFuncGetAttributes");
-    const cudaDeviceProp& prop = *at::cuda::getDeviceProperties(device);
-    if (smem_bytes + attributes.sharedSizeBytes <= prop.sharedMemPerBlockOptin) {
-      check_cuda(
-          cudaFuncSetAttribute(
-              kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-              static_cast<int>(prop.sharedMemPerBlockOptin - attributes.sharedSizeBytes)),
-          "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-      check_cuda(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem_bytes),
-          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    }
-  }
-  cache.emplace(key, blocks);
-  return blocks;
-}
-
 // Launches `ctas` CTAs, or, when `persistent`, no more than fit on the device at once (each copies
 // the weights once); false when the kernel cannot run on this device.
 template <typename Params>
 bool launch(void (*kernel)(Params), const Params& p, int64_t ctas, bool persistent, size_t smem_bytes, int device,
             cudaStream_t stream) {
-  const int fit = blocks_per_sm(reinterpret_cast<const void*>(kernel), device, smem_bytes);
+  const int fit = blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, device, smem_bytes);
   if (fit == 0) {
     return false;
   }
@@ -864,7 +738,7 @@ bool launch(void (*kernel)(Params), const Params& p, int64_t ctas, bool persiste
     ctas = std::min<int64_t>(ctas, int64_t(fit) * at::cuda::getDeviceProperties(device)->multiProcessorCount);
   }
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem_bytes, stream>>>(p);
-  check_cuda(cudaGetLastError(), "kernel launch");
+  check_cuda(cudaGetLastError(), "narrow_mlp", "kernel launch");
   return true;
 }
 
@@ -1087,7 +961,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     constexpr int64_t kStaticSmem = 128;  // the kernel's own __shared__ flag, with room to spare
     const int64_t base = int64_t(offset + 127) / 128 * 128 + buffer_bytes + kStaticSmem;
     const void* kernel = reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width));
-    if (blocks_per_sm(kernel, device, size_t(base)) >= 2) {
+    if (blocks_per_sm(kernel, kThreads, device, size_t(base)) >= 2) {
       int64_t room = std::min<int64_t>(
           int64_t(prop.sharedMemPerMultiprocessor) / 2 - int64_t(prop.reservedSharedMemPerBlock),
           int64_t(prop.sharedMemPerBlockOptin)) - base;

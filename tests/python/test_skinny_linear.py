@@ -1,0 +1,50 @@
+"""The skinny-linear CUDA kernel (ops/cuda/skinny_linear_kernel.cu: act(x @ w.T + b) for 1..32 rows),
+forced onto every problem it covers (HYPATIA_SKINNY_LINEAR=1, read once per process, hence the
+subprocesses) and checked against float64; the autotuner's log must name it for each covered
+problem and for no other. Skipped without a GPU."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_cuda
+
+pytestmark = requires_cuda
+HERE = Path(__file__).resolve().parent
+
+
+def run_cases(*args):
+    env = dict(os.environ, HYPATIA_SKINNY_LINEAR="1", HYPATIA_CUBLASLT_LOG="1", HYPATIA_DISABLE_NARROW_MLP="1")
+    proc = subprocess.run([sys.executable, str(HERE / "skinny_linear_cases.py"), *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.startswith("hypatia cuBLASLt ")]
+
+
+def forward_problems(lines):
+    """The log lines of forward problems (TN: x @ w.T), which the kernel covers when M <= 32."""
+    return [line for line in lines if re.match(r"hypatia cuBLASLt \d+x\d+x\d+ TN ", line)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("check", ["forward", "nonfinite"])
+def test_matches_float64_and_eager(check, dtype):
+    lines = forward_problems(run_cases(check, dtype))
+    assert lines and all(line.endswith("chosen: own") for line in lines), lines
+
+
+def test_gradients_through_its_forward():
+    lines = run_cases("gradients")
+    assert any(line.endswith("chosen: own") for line in forward_problems(lines)), lines
+
+
+def test_runs_in_the_profile_and_in_cuda_graphs():
+    assert forward_problems(run_cases("graph_and_profile"))
+
+
+def test_problems_it_does_not_cover_run_as_before():
+    lines = forward_problems(run_cases("uncovered"))
+    assert len(lines) == 3 and not any(line.endswith("chosen: own") for line in lines), lines
