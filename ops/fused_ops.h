@@ -168,8 +168,6 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
 // sm_80 or newer with room for its shared memory. Returns false, doing nothing, on problems it does
 // not cover.
 bool skinny_linear_cuda(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out);
-// grad_input = grad @ w by the same kernel, for 1..32 rows of float32 with K a multiple of 4.
-bool skinny_input_grad_cuda(const at::Tensor& grad, const at::Tensor& w, at::Tensor& grad_input);
 // The narrow MLP (ops/cuda/narrow_mlp_kernel.cu): 1..16 layers, every width a multiple of 16 and
 // <= 128, half or bfloat16, dense 16-byte-aligned operands, sm_80 or newer.
 // Forward in one kernel: outputs[l] receives layer l's output ([M, N_l], preallocated dense), or is

@@ -6,9 +6,8 @@
 // and workspace. Per problem, the heuristic's top candidates and ATen's own way to the same result
 // are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
 // untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
-// algorithm, ATen's. The forward of a few rows (M <= 32), and in float32 its input gradient, also
-// time the library's own kernel, ops/cuda/skinny_linear_kernel.cu (HYPATIA_SKINNY_LINEAR=0: never;
-// =1: wherever it applies, untimed). Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
+// algorithm, ATen's. The forward of a few rows (M <= 32) also times the library's own kernel,
+// ops/cuda/skinny_linear_kernel.cu (HYPATIA_SKINNY_LINEAR=0: never; =1: wherever it applies, untimed). Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
 // the half-precision output type, which eager's default allows): one rounding, at the end.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
 // torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem;
@@ -557,7 +556,7 @@ at::Tensor input_grad_cuda(const at::Tensor& grad2d, const at::Tensor& w) {
       LtMatmul{CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, wc.data_ptr(), K, g.data_ptr(), N, grad_input.data_ptr(), K,
                CUBLASLT_EPILOGUE_DEFAULT},
       g.scalar_type(), g.get_device());
-  if (!run_fastest(plan, aten, any_algorithm, [] {}, [&] { return skinny_input_grad_cuda(g, wc, grad_input); })) {
+  if (!run_fastest(plan, aten, any_algorithm)) {
     aten();
   }
   return grad_input;

@@ -7,8 +7,6 @@
 // addmm + relu do. bf16/fp16 multiply on tensor cores (mma.sync, fp32 accumulators); float32 on the
 // CUDA cores in full precision, which is what eager computes with TF32 off and more than it owes with
 // TF32 on. linear_act_cuda.cpp times it against cuBLASLt's candidates and ATen on each problem.
-// The backward's input gradient of so few rows, grad @ w, is the same kernel reading w transposed
-// (float32: there the slice of w is 32 of its rows by 32 output features, like the forward's).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
 #include "ops/cuda/mma_primitives.cuh"
@@ -40,45 +38,29 @@ constexpr int kSmemBytes = kWarps * kWarpBytes;
 constexpr int kSumStride = kFeatures + 1;
 static_assert(kWarps * kRows * kSumStride * 4 <= kSmemBytes, "the partial sums reuse the rings");
 
-// out = act(x @ w.T + bias), or x @ w where w is transposed (the input gradient of a linear layer,
-// grad @ weight: no bias, no ReLU).
 struct Params {
   const void* x;     // [M, K]
-  const void* w;     // [N, K], or [K, N] transposed
+  const void* w;     // [N, K]
   const void* bias;  // [N] or null
   void* out;         // [M, N]
   int M, N, K;
   bool relu;
 };
 
-// Slice `slice` (kSliceBytes of each row, from column slice * kSliceBytes / sizeof(T)) of x's rows
-// and w's rows [n0, n0 + kFeatures) into a stage, or of w transposed the same kFeatures columns of
-// its rows in the slice (float32 only: then the slice is kFeatures rows deep, and 128 bytes wide
-// like the others); rows and columns past the ends read as 0.
-template <typename T, bool kTransposedW>
+// Slice `slice` (kSliceBytes of each row, from column slice * kSliceBytes / sizeof(T)) of w's rows
+// [n0, n0 + kFeatures) and of x's rows into a stage; rows and columns past the ends read as 0.
+template <typename T>
 __device__ __forceinline__ void load_slice(unsigned char* stage, const Params& p, int n0, int slice, int lane) {
   constexpr int kChunks = kSliceBytes / 16;  // 16-byte copies per row
   constexpr int kPerChunk = 16 / sizeof(T);
-  static_assert(!kTransposedW || kSliceBytes / sizeof(T) == kFeatures, "w transposed: float32 only");
   const int k0 = slice * (kSliceBytes / int(sizeof(T)));
   for (int c = lane; c < (kFeatures + kRows) * kChunks; c += 32) {
-    const int r = c / kChunks, col = (c % kChunks) * kPerChunk;
-    const T* from;
-    bool valid;
-    if (r >= kFeatures) {  // x's row r - kFeatures, columns k0 + col..
-      const int m = r - kFeatures, k = k0 + col;
-      valid = m < p.M && k < p.K;  // K is a multiple of kPerChunk
-      from = static_cast<const T*>(p.x) + (valid ? int64_t(m) * p.K + k : 0);
-    } else if (!kTransposedW) {  // w's row n0 + r, columns k0 + col..
-      const int n = n0 + r, k = k0 + col;
-      valid = n < p.N && k < p.K;
-      from = static_cast<const T*>(p.w) + (valid ? int64_t(n) * p.K + k : 0);
-    } else {  // w's row k0 + r, columns n0 + col.. (N is a multiple of kPerChunk)
-      const int k = k0 + r, n = n0 + col;
-      valid = k < p.K && n < p.N;
-      from = static_cast<const T*>(p.w) + (valid ? int64_t(k) * p.N + n : 0);
-    }
-    cp_async16(stage + r * kRowBytes + (c % kChunks) * 16, from, valid);
+    const int r = c / kChunks, k = k0 + (c % kChunks) * kPerChunk;
+    const bool is_w = r < kFeatures;
+    const int row = is_w ? n0 + r : r - kFeatures;
+    const T* base = static_cast<const T*>(is_w ? p.w : p.x);
+    const bool valid = row < (is_w ? p.N : p.M) && k < p.K;  // K is a multiple of kPerChunk
+    cp_async16(stage + r * kRowBytes + (c % kChunks) * 16, valid ? base + int64_t(row) * p.K + k : base, valid);
   }
 }
 
@@ -86,7 +68,6 @@ __device__ __forceinline__ void load_slice(unsigned char* stage, const Params& p
 // mma_primitives.cuh: rows g, g + 8 of the m-tile, columns 2t, 2t + 1 of the n-tile).
 template <typename T>
 struct TensorCoreTile {
-  static constexpr bool kTransposedW = false;
   float acc[kRows / 16][kFeatures / 8][4] = {};
 
   __device__ __forceinline__ void multiply(const unsigned char* stage, int lane) {
@@ -134,7 +115,6 @@ struct TensorCoreTile {
 // The same in float32 on the CUDA cores: lane (g, t) sums rows 4g.. 4g + 3 and features t, t + 4,
 // .., t + 28, four columns at a time (float4 loads; each quarter-warp reads 2 rows of x and 4 of w).
 struct CudaCoreTile {
-  static constexpr bool kTransposedW = false;
   float acc[4][8] = {};
 
   __device__ __forceinline__ void multiply(const unsigned char* stage, int lane) {
@@ -178,53 +158,6 @@ struct CudaCoreTile {
   }
 };
 
-// w transposed ([K, N]: the stage holds its slice as kFeatures rows of K by 32 features): lane
-// (g, t) sums rows 4g.. 4g + 3 and the consecutive features 8t.. 8t + 7, four k at a time.
-struct CudaCoreTileTransposedW {
-  static constexpr bool kTransposedW = true;
-  float acc[4][8] = {};
-
-  __device__ __forceinline__ void multiply(const unsigned char* stage, int lane) {
-    const int g = lane / 4, t = lane % 4;
-    const unsigned char* w_rows = stage;
-    const unsigned char* x_rows = stage + kFeatures * kRowBytes;
-#pragma unroll 2
-    for (int k4 = 0; k4 < kSliceBytes / 16; ++k4) {
-      float4 xv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        xv[i] = *reinterpret_cast<const float4*>(x_rows + (4 * g + i) * kRowBytes + k4 * 16);
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const unsigned char* w_row = w_rows + (4 * k4 + kk) * kRowBytes + t * 32;
-        const float4 lo = *reinterpret_cast<const float4*>(w_row);
-        const float4 hi = *reinterpret_cast<const float4*>(w_row + 16);
-        const float wv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float xk = kk == 0 ? xv[i].x : kk == 1 ? xv[i].y : kk == 2 ? xv[i].z : xv[i].w;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            acc[i][j] = fmaf(xk, wv[j], acc[i][j]);
-          }
-        }
-      }
-    }
-  }
-
-  __device__ __forceinline__ void store(float* sums, int lane) const {
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        sums[(4 * g + i) * kSumStride + 8 * t + j] = acc[i][j];
-      }
-    }
-  }
-};
-
 template <typename T, typename Tile>
 __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_constant__ Params p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // bf16 mma and cp.async need sm_80; the host never launches below
@@ -238,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_co
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < mine) {
-      load_slice<T, Tile::kTransposedW>(ring + s * kStageBytes, p, n0, warp + s * kWarps, lane);
+      load_slice<T>(ring + s * kStageBytes, p, n0, warp + s * kWarps, lane);
     }
     cp_async_commit();
   }
@@ -248,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_co
     __syncwarp();  // slice i has landed for every lane, and every lane is done with slice i - 1
     const int ahead = i + kStages - 1;
     if (ahead < mine) {
-      load_slice<T, Tile::kTransposedW>(ring + (ahead % kStages) * kStageBytes, p, n0, warp + ahead * kWarps, lane);
+      load_slice<T>(ring + (ahead % kStages) * kStageBytes, p, n0, warp + ahead * kWarps, lane);
     }
     cp_async_commit();
     tile.multiply(ring + (i % kStages) * kStageBytes, lane);
@@ -287,30 +220,26 @@ bool launch(const Params& p, int device) {
   return true;
 }
 
-// Whether the kernel takes x [M, K] and w ([N, K], or [K, N] transposed): 1..kRows rows; float32,
-// float16 or bfloat16 (float32 only with w transposed); both dense and 16-byte aligned, with rows of
-// whole 16-byte pieces; sizes that fit an int; sm_80 or newer.
-bool covers(const at::Tensor& x, const at::Tensor& w, int64_t N, bool transposed_w) {
+bool covers(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b) {
   const at::ScalarType dtype = x.scalar_type();
-  if (dtype != at::kFloat && (transposed_w || (dtype != at::kHalf && dtype != at::kBFloat16))) {
+  if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) {
     return false;
   }
-  const int64_t M = x.size(0), K = x.size(1), elem = x.element_size();
-  constexpr int64_t kMax = std::numeric_limits<int>::max() / 2;
-  return M >= 1 && M <= kRows && K >= 1 && N >= 1 && K <= kMax && N <= kMax && K * elem % 16 == 0 &&
-      (!transposed_w || N * elem % 16 == 0) &&
-      w.scalar_type() == dtype && dense(x) && dense(w) && at::cuda::getDeviceProperties(x.get_device())->major >= 8;
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  const bool bias_ok = !b.has_value() || !b->defined() || (b->scalar_type() == dtype && b->is_contiguous());
+  return M >= 1 && M <= kRows && K >= 1 && N >= 1 && K * int64_t(x.element_size()) % 16 == 0 &&
+      K <= std::numeric_limits<int>::max() / 2 && N <= std::numeric_limits<int>::max() / 2 &&
+      w.scalar_type() == dtype && dense(x) && dense(w) && bias_ok &&
+      at::cuda::getDeviceProperties(x.get_device())->major >= 8;
 }
 
 }  // namespace
 
 bool skinny_linear_cuda(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
-  const bool has_bias = b.has_value() && b->defined();
-  if (!covers(x, w, w.size(0), /*transposed_w=*/false) || !out.is_contiguous() ||
-      (has_bias && (b->scalar_type() != x.scalar_type() || !b->is_contiguous()))) {
+  if (!covers(x, w, b) || !out.is_contiguous()) {
     return false;
   }
-  const Params p{x.data_ptr(), w.data_ptr(), has_bias ? b->data_ptr() : nullptr, out.data_ptr(),
+  const Params p{x.data_ptr(), w.data_ptr(), b.has_value() && b->defined() ? b->data_ptr() : nullptr, out.data_ptr(),
                  static_cast<int>(x.size(0)), static_cast<int>(w.size(0)), static_cast<int>(x.size(1)), relu};
   const int device = x.get_device();
   switch (x.scalar_type()) {
@@ -318,17 +247,6 @@ bool skinny_linear_cuda(const at::Tensor& x, const at::Tensor& w, const Optional
     case at::kBFloat16: return launch<__nv_bfloat16, TensorCoreTile<__nv_bfloat16>>(p, device);
     default: return launch<float, CudaCoreTile>(p, device);
   }
-}
-
-bool skinny_input_grad_cuda(const at::Tensor& grad, const at::Tensor& w, at::Tensor& grad_input) {
-  // grad_input [M, K] = grad [M, N] @ w [N, K]: the kernel's x @ w with w transposed, N long dot products.
-  const int64_t K = w.size(1);
-  if (!covers(grad, w, K, /*transposed_w=*/true) || !grad_input.is_contiguous()) {
-    return false;
-  }
-  const Params p{grad.data_ptr(), w.data_ptr(), nullptr, grad_input.data_ptr(),
-                 static_cast<int>(grad.size(0)), static_cast<int>(K), static_cast<int>(grad.size(1)), false};
-  return launch<float, CudaCoreTileTransposedW>(p, grad.get_device());
 }
 
 }  // namespace hypatia::ops

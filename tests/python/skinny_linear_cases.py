@@ -41,19 +41,6 @@ def forward(dtype):
             print(f"forward {dtype} {lead} K={k} N={n} bias={bias is not None}: ok", flush=True)
 
 
-def input_grad(dtype):
-    """The input gradient grad @ w (float32: the kernel reading w transposed): a one-layer fused_mlp
-    without ReLU, whose backward is that GEMM alone, against float64."""
-    for i, (lead, k, n) in enumerate(SHAPES):
-        x, w, b = data(lead, k, n, dtype, i)
-        x.requires_grad_()
-        g = torch.randn(*lead, n, dtype=torch.float64, device="cuda")
-        (got,) = torch.autograd.grad(torch.ops.hypatia.fused_mlp(x, [w], [b], False), x, g.to(dtype))
-        err = rel_error(got, g.to(dtype).double() @ w.double())
-        assert got.shape == x.shape and err < TOLERANCE[dtype], (lead, k, n, err)
-        print(f"input_grad {dtype} {lead} K={k} N={n}: ok", flush=True)
-
-
 def nonfinite(dtype):
     """NaN and Inf flow as in eager: a NaN row stays NaN through the ReLU, an Inf times weights of
     both signs gives Inf, -Inf (0 after the ReLU) or NaN where eager does."""

@@ -36,17 +36,6 @@ def test_matches_float64_and_eager(check, dtype):
     assert lines and all(line.endswith("chosen: own") for line in lines), lines
 
 
-def test_input_gradient_float32():
-    # grad [M, N] @ w [N, K], "KxMxN NN" in the log: the kernel takes it when both N and K are
-    # multiples of 4 (rows of whole 16-byte pieces), and leaves N = 1 and N = 33 to the others.
-    lines = run_cases("input_grad", "float32")
-    problems = [re.match(r"hypatia cuBLASLt (\d+)x\d+x(\d+) NN Float epilogue none", line) for line in lines]
-    problems = [(int(p[1]), int(p[2]), line) for p, line in zip(problems, lines) if p]
-    assert len(problems) == 8, lines
-    for k, n, line in problems:
-        assert line.endswith("chosen: own") == (k % 4 == 0 and n % 4 == 0), line
-
-
 def test_gradients_through_its_forward():
     lines = run_cases("gradients")
     assert any(line.endswith("chosen: own") for line in forward_problems(lines)), lines
