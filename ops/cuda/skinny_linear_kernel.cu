@@ -1,12 +1,16 @@
 // act(x @ w.T + b) for a few rows (M <= 32: small-batch inference), where the GEMM is bound by
-// reading w once. cuBLAS(Lt) tiles such a problem as if it had more rows (on the H100, 32x4096->4096
-// ran at 22% of the memory floor in float32 and 17-37% in bf16/fp16). Here each CTA owns 32 output
+// reading w once. cuBLAS(Lt)'s kernels reach a fraction of that floor there (on the H100,
+// 32x4096->4096 ran at 22% of the memory floor in float32 and 17-37% in bf16/fp16). Here each CTA owns 32 output
 // features and all 32 rows; its 8 warps split the dot products' K among them, each streaming its
 // slices of w and x through its own cp.async ring in shared memory, and the CTA adds the 8 partial
 // sums at the end, adds the bias, rounds once to the storage dtype and applies the ReLU, as eager's
 // addmm + relu do. bf16/fp16 multiply on tensor cores (mma.sync, fp32 accumulators); float32 on the
 // CUDA cores in full precision, which is what eager computes with TF32 off and more than it owes with
-// TF32 on. linear_act_cuda.cpp times it against cuBLASLt's candidates and ATen on each problem.
+// TF32 on. linear_act_cuda.cpp times it against cuBLASLt's candidates and ATen on each problem; on
+// the H100 it wins in float32 (32x4096->4096: 0.047 ms against 0.102) and cuBLASLt's best kernels
+// keep bf16/fp16 and TF32 (docs/perf/2026-11-24-h100-9d08f1e/). The input gradient of so few rows
+// stays with cuBLAS: this kernel reading w transposed only tied ATen's mm there
+// (docs/perf/2026-11-24-h100-dgrad/).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
 #include "ops/cuda/mma_primitives.cuh"
