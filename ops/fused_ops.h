@@ -163,7 +163,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_cuda(
 std::vector<at::Tensor> fused_mlp_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
-// act(x @ w.T + b) for 1..32 rows (ops/cuda/skinny_linear_kernel.cu): float32, float16 or
+// act(x @ w.T + b) for 1..256 rows (ops/cuda/skinny_linear_kernel.cu): float32, float16 or
 // bfloat16, x [M, K] and w [N, K] dense and 16-byte aligned, K * element size a multiple of 16,
 // sm_80 or newer with room for its shared memory. Returns false, doing nothing, on problems it does
 // not cover.

@@ -6,7 +6,7 @@
 // and workspace. Per problem, the heuristic's top candidates and ATen's own way to the same result
 // are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
 // untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
-// algorithm, ATen's. The forward of a few rows (M <= 32) also times the library's own kernel,
+// algorithm, ATen's. The forward of few rows (M <= 256) also times the library's own kernel,
 // ops/cuda/skinny_linear_kernel.cu (HYPATIA_SKINNY_LINEAR=0: never; =1: wherever it applies, untimed). Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
 // the half-precision output type, which eager's default allows): one rounding, at the end.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where

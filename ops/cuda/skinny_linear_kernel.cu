@@ -1,15 +1,15 @@
-// act(x @ w.T + b) for a few rows (M <= 32: small-batch inference), where the GEMM is bound by
-// reading w once. cuBLAS(Lt)'s kernels reach a fraction of that floor there (on the H100,
-// 32x4096->4096 ran at 22% of the memory floor in float32 and 17-37% in bf16/fp16). Here each CTA owns 32 output
-// features and all 32 rows; its 8 warps split the dot products' K among them, each streaming its
-// slices of w and x through its own cp.async ring in shared memory, and the CTA adds the 8 partial
-// sums at the end, adds the bias, rounds once to the storage dtype and applies the ReLU, as eager's
-// addmm + relu do. bf16/fp16 multiply on tensor cores (mma.sync, fp32 accumulators); float32 on the
-// CUDA cores in full precision, which is what eager computes with TF32 off and more than it owes with
-// TF32 on. linear_act_cuda.cpp times it against cuBLASLt's candidates and ATen on each problem; on
-// the H100 it wins in float32 (32x4096->4096: 0.047 ms against 0.102) and cuBLASLt's best kernels
-// keep bf16/fp16 and TF32 (docs/perf/2026-11-24-h100-9d08f1e/). The input gradient of so few rows
-// stays with cuBLAS: this kernel reading w transposed only tied ATen's mm there
+// act(x @ w.T + b) for few rows (M <= 256: small-batch inference). With so few rows the GEMM is
+// bound by reading w once, where cuBLAS(Lt)'s kernels reach a fraction of the floor (on the H100,
+// 32x4096->4096 ran at 22% of the memory floor in float32, 17-37% in bf16/fp16), or the call is
+// bound by host time, where one kernel launch costs less than a cuBLASLt call. Each CTA owns 32
+// output features and a block of 32 rows; its 8 warps split the dot products' K among them, each
+// streaming its slices of w and x through its own cp.async ring in shared memory, and the CTA adds
+// the 8 partial sums at the end, adds the bias, rounds once to the storage dtype and applies the
+// ReLU, as eager's addmm + relu do. bf16/fp16 multiply on tensor cores (mma.sync, fp32
+// accumulators); float32 on the CUDA cores in full precision, which is what eager computes with
+// TF32 off and more than it owes with TF32 on. linear_act_cuda.cpp times it against cuBLASLt's
+// candidates and ATen on each problem (docs/perf/ says where it wins). The input gradient of few
+// rows stays with cuBLAS: this kernel reading w transposed only tied ATen's mm there
 // (docs/perf/2026-11-24-h100-dgrad/).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
@@ -24,7 +24,11 @@
 namespace hypatia::ops {
 namespace {
 
-constexpr int kRows = 32;     // rows of x (and of out) a CTA covers: every row of the problem
+constexpr int kRows = 32;     // rows of x (and of out) a CTA covers: blockIdx.y's block of them
+// Rows the kernel takes at most: past a few row blocks (each re-reads w) cuBLASLt's tiles win on
+// the device, and below that the autotuner decides; small problems are bound by host time, where
+// one kernel launch costs less than a cuBLASLt call.
+constexpr int kMaxRows = 256;
 constexpr int kFeatures = 32; // output features (rows of w) per CTA
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -52,16 +56,18 @@ struct Params {
 };
 
 // Slice `slice` (kSliceBytes of each row, from column slice * kSliceBytes / sizeof(T)) of w's rows
-// [n0, n0 + kFeatures) and of x's rows into a stage; rows and columns past the ends read as 0.
+// [n0, n0 + kFeatures) and of x's rows [m0, m0 + kRows) into a stage; rows and columns past the
+// ends read as 0.
 template <typename T>
-__device__ __forceinline__ void load_slice(unsigned char* stage, const Params& p, int n0, int slice, int lane) {
+__device__ __forceinline__ void load_slice(
+    unsigned char* stage, const Params& p, int n0, int m0, int slice, int lane) {
   constexpr int kChunks = kSliceBytes / 16;  // 16-byte copies per row
   constexpr int kPerChunk = 16 / sizeof(T);
   const int k0 = slice * (kSliceBytes / int(sizeof(T)));
   for (int c = lane; c < (kFeatures + kRows) * kChunks; c += 32) {
     const int r = c / kChunks, k = k0 + (c % kChunks) * kPerChunk;
     const bool is_w = r < kFeatures;
-    const int row = is_w ? n0 + r : r - kFeatures;
+    const int row = is_w ? n0 + r : m0 + r - kFeatures;
     const T* base = static_cast<const T*>(is_w ? p.w : p.x);
     const bool valid = row < (is_w ? p.N : p.M) && k < p.K;  // K is a multiple of kPerChunk
     cp_async16(stage + r * kRowBytes + (c % kChunks) * 16, valid ? base + int64_t(row) * p.K + k : base, valid);
@@ -167,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_co
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // bf16 mma and cp.async need sm_80; the host never launches below
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = blockIdx.x * kFeatures;
+  const int n0 = blockIdx.x * kFeatures, m0 = blockIdx.y * kRows;
   unsigned char* ring = smem + warp * kWarpBytes;
   // Warp w multiplies slices w, w + kWarps, ...: at any time the CTA reads kWarps adjacent slices.
   const int slices = static_cast<int>((int64_t(p.K) * sizeof(T) + kSliceBytes - 1) / kSliceBytes);
@@ -175,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_co
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < mine) {
-      load_slice<T>(ring + s * kStageBytes, p, n0, warp + s * kWarps, lane);
+      load_slice<T>(ring + s * kStageBytes, p, n0, m0, warp + s * kWarps, lane);
     }
     cp_async_commit();
   }
@@ -185,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_co
     __syncwarp();  // slice i has landed for every lane, and every lane is done with slice i - 1
     const int ahead = i + kStages - 1;
     if (ahead < mine) {
-      load_slice<T>(ring + (ahead % kStages) * kStageBytes, p, n0, warp + ahead * kWarps, lane);
+      load_slice<T>(ring + (ahead % kStages) * kStageBytes, p, n0, m0, warp + ahead * kWarps, lane);
     }
     cp_async_commit();
     tile.multiply(ring + (i % kStages) * kStageBytes, lane);
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_co
   __syncthreads();
   for (int o = threadIdx.x; o < kRows * kFeatures; o += kThreads) {
     const int m = o / kFeatures, n = n0 + o % kFeatures;
-    if (m >= p.M || n >= p.N) {
+    if (m0 + m >= p.M || n >= p.N) {
       continue;
     }
     float v = p.bias != nullptr ? to_float(static_cast<const T*>(p.bias)[n]) : 0.f;
@@ -207,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) skinny_linear_kernel(const __grid_co
     }
     const T r = rounded(v, T());
     // The ReLU after the rounding, as eager's relu after addmm; NaN stays NaN (it is not <= 0).
-    static_cast<T*>(p.out)[int64_t(m) * p.N + n] = p.relu && to_float(r) <= 0.f ? rounded(0.f, T()) : r;
+    static_cast<T*>(p.out)[int64_t(m0 + m) * p.N + n] = p.relu && to_float(r) <= 0.f ? rounded(0.f, T()) : r;
   }
 #endif
 }
@@ -218,7 +224,7 @@ bool launch(const Params& p, int device) {
   if (blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, device, kSmemBytes) == 0) {
     return false;
   }
-  const unsigned ctas = static_cast<unsigned>((p.N + kFeatures - 1) / kFeatures);
+  const dim3 ctas((p.N + kFeatures - 1) / kFeatures, (p.M + kRows - 1) / kRows);
   kernel<<<ctas, kThreads, kSmemBytes, at::cuda::getCurrentCUDAStream(device)>>>(p);
   check_cuda(cudaGetLastError(), "skinny_linear", "kernel launch");
   return true;
@@ -231,7 +237,7 @@ bool covers(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b) {
   }
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   const bool bias_ok = !b.has_value() || !b->defined() || (b->scalar_type() == dtype && b->is_contiguous());
-  return M >= 1 && M <= kRows && K >= 1 && N >= 1 && K * int64_t(x.element_size()) % 16 == 0 &&
+  return M >= 1 && M <= kMaxRows && K >= 1 && N >= 1 && K * int64_t(x.element_size()) % 16 == 0 &&
       K <= std::numeric_limits<int>::max() / 2 && N <= std::numeric_limits<int>::max() / 2 &&
       w.scalar_type() == dtype && dense(x) && dense(w) && bias_ok &&
       at::cuda::getDeviceProperties(x.get_device())->major >= 8;

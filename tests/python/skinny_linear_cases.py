@@ -11,10 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
 from conftest import TOLERANCE, rel_error  # noqa: E402
 
-# (leading dims of the input, K, N): M from 1 to 32 (the kernel's limit), K shorter than one
-# 128-byte slice, not a whole number of slices, and many slices; N from 1 to several CTAs, ragged.
+# (leading dims of the input, K, N): M from 1 to 256 (the kernel's limit) in one or several
+# 32-row blocks, the last one ragged; K shorter than one 128-byte slice, not a whole number of
+# slices, and many slices; N from 1 to several CTAs, ragged.
 SHAPES = [((1,), 64, 1), ((7,), 784, 33), ((16,), 256, 1000), ((17,), 520, 4096), ((32,), 4096, 512),
-          ((32,), 8, 40), ((5,), 2056, 96), ((2, 16), 128, 72)]
+          ((32,), 8, 40), ((5,), 2056, 96), ((2, 16), 128, 72), ((33,), 264, 200), ((256,), 256, 512),
+          ((3, 50), 784, 130)]
 
 
 def data(lead, k, n, dtype, seed):
@@ -101,9 +103,9 @@ def graph_and_profile():
 
 
 def uncovered():
-    """Problems the kernel does not take run as before: 33 rows, a float32 K of 6 (rows not a
+    """Problems the kernel does not take run as before: 257 rows, a float32 K of 6 (rows not a
     multiple of 16 bytes), float64."""
-    for lead, k, n, dtype in (((33,), 64, 48, torch.float32), ((4,), 6, 24, torch.float32),
+    for lead, k, n, dtype in (((257,), 64, 48, torch.float32), ((4,), 6, 24, torch.float32),
                               ((4,), 64, 24, torch.float64)):
         x, w, b = data(lead, k, n, dtype, 3)
         err = rel_error(torch.ops.hypatia.fused_linear_relu(x, w, b), F.relu(F.linear(x.double(), w.double(), b.double())))

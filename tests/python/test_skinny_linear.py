@@ -1,4 +1,4 @@
-"""The skinny-linear CUDA kernel (ops/cuda/skinny_linear_kernel.cu: act(x @ w.T + b) for 1..32 rows),
+"""The skinny-linear CUDA kernel (ops/cuda/skinny_linear_kernel.cu: act(x @ w.T + b) for 1..256 rows),
 forced onto every problem it covers (HYPATIA_SKINNY_LINEAR=1, read once per process, hence the
 subprocesses) and checked against float64; the autotuner's log must name it for each covered
 problem and for no other. Skipped without a GPU."""
@@ -25,7 +25,7 @@ def run_cases(*args):
 
 
 def forward_problems(lines):
-    """The log lines of forward problems (TN: x @ w.T), which the kernel covers when M <= 32."""
+    """The log lines of forward problems (TN: x @ w.T), which the kernel covers when M <= 256."""
     return [line for line in lines if re.match(r"hypatia cuBLASLt \d+x\d+x\d+ TN ", line)]
 
 
