@@ -7,8 +7,9 @@
 // are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
 // untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
 // algorithm, ATen's. The forward of few rows (M <= 256) also times the library's own kernel,
-// ops/cuda/skinny_linear_kernel.cu (HYPATIA_SKINNY_LINEAR=0: never; =1: wherever it applies, untimed). Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in
-// the half-precision output type, which eager's default allows): one rounding, at the end.
+// ops/cuda/skinny_linear_kernel.cu (HYPATIA_SKINNY_LINEAR=0: never; =1: wherever it applies,
+// untimed). Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in the
+// half-precision output type, which eager's default allows): one rounding, at the end.
 // Some cuBLASLt kernels' ReLU epilogues turn NaN into 0 (bf16/fp16, cuBLAS 13, H100), where
 // torch.relu keeps it: a ReLU candidate is used only after it kept a NaN on this very problem;
 // likewise a DRELU candidate only after it kept a NaN gradient where the ReLU passed and zeroed it
@@ -377,15 +378,21 @@ bool run_fastest(
     const LtPlan& plan, const Aten& aten, const Acceptable& acceptable, const Prepare& prepare,
     const OwnKernelRun& own_kernel) {
   using Way = AlgoChoice::Way;
-  if (const std::optional<AlgoChoice> cached = algo_cache().find(plan.key())) {
-    switch (cached->way) {
+  // Runs a choice whose plan is prepared: false where ATen's way should run instead.
+  auto run_choice = [&](const AlgoChoice& choice) {
+    switch (choice.way) {
       case Way::aten: return false;
       case Way::own_kernel: return own_kernel();
       case Way::cublaslt: break;
     }
-    prepare();
-    HYPATIA_CUBLAS_CHECK(plan.run(cached->algo));
+    HYPATIA_CUBLAS_CHECK(plan.run(choice.algo));
     return true;
+  };
+  if (const std::optional<AlgoChoice> cached = algo_cache().find(plan.key())) {
+    if (cached->way == Way::cublaslt) {
+      prepare();
+    }
+    return run_choice(*cached);
   }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -447,13 +454,7 @@ bool run_fastest(
   log(timings, chosen);
   algo_cache().insert(plan.key(), best);
   // The last timed run may have been another candidate: write the result with the winner.
-  switch (best.way) {
-    case Way::aten: return false;
-    case Way::own_kernel: return own_kernel();
-    case Way::cublaslt: break;
-  }
-  HYPATIA_CUBLAS_CHECK(plan.run(best.algo));
-  return true;
+  return run_choice(best);
 }
 
 // Where the library has no kernel of its own for the problem.
