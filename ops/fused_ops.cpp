@@ -18,7 +18,14 @@ int64_t batch_rows(const at::Tensor& input) {
   return rows;
 }
 
+at::Tensor as_rows(const at::Tensor& t) {
+  return t.dim() == 2 ? t : t.reshape({batch_rows(t), t.size(-1)});
+}
+
 at::Tensor unflatten_rows(const at::Tensor& out2d, const at::Tensor& input) {
+  if (input.dim() == 2) {
+    return out2d;
+  }
   auto shape = input.sizes().vec();
   shape.back() = out2d.size(1);
   return out2d.view(shape);
@@ -40,8 +47,7 @@ at::Tensor apply_layer(
 at::Tensor fused_linear_relu_with(
     LinearActOut layer, const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
   check_linear_args("fused_linear_relu", input, weight, bias);
-  at::Tensor x2d = input.reshape({batch_rows(input), input.size(-1)});
-  return apply_layer(layer, input, x2d, weight, bias, /*relu=*/true);
+  return apply_layer(layer, input, as_rows(input), weight, bias, /*relu=*/true);
 }
 
 std::vector<at::Tensor> run_mlp_with(
@@ -52,13 +58,12 @@ std::vector<at::Tensor> run_mlp_with(
     bool relu_last,
     bool keep_hidden) {
   check_mlp_args("fused_mlp", input, weights, biases);
-  const int64_t rows = batch_rows(input);
   std::vector<at::Tensor> outputs;
   outputs.reserve(weights.size());
   at::Tensor h = input;
   for (size_t i = 0; i < weights.size(); ++i) {
     const bool relu = i + 1 < weights.size() || relu_last;
-    h = apply_layer(layer, input, h.reshape({rows, h.size(-1)}), weights[i], biases.get(i), relu);
+    h = apply_layer(layer, input, as_rows(h), weights[i], biases.get(i), relu);
     if (keep_hidden) {
       outputs.push_back(h);
     }

@@ -28,7 +28,9 @@ void linear_act_cuda_out(
 
 // Rows of the [M, K] view of an input [*, K]: the product of its batch dims.
 int64_t batch_rows(const at::Tensor& input);
-// out2d [M, N] viewed with `input`'s batch dims: [*, N].
+// t [*, K] as [M, K]; a 2-D t itself (no view op: host time shows on small calls).
+at::Tensor as_rows(const at::Tensor& t);
+// out2d [M, N] viewed with `input`'s batch dims: [*, N]; out2d itself for a 2-D input.
 at::Tensor unflatten_rows(const at::Tensor& out2d, const at::Tensor& input);
 
 // Device-generic drivers: flatten the batch dims, run `layer` once per linear layer.

@@ -21,7 +21,7 @@ at::Tensor fused_mlp_cpu(
     widest = std::max(widest, weights[i].size(0));
     layers.push_back(prepare_cpu_layer(weights[i], biases.get(i), i + 1 < depth || relu_last));
   }
-  const at::Tensor x = input.reshape({rows, in_features});
+  const at::Tensor x = as_rows(input);
   at::Tensor out = at::empty({rows, weights.back().size(0)}, input.options());
   if (rows == 0) {
     return unflatten_rows(out, input);

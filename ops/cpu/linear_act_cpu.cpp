@@ -197,7 +197,7 @@ at::Tensor linear_relu_cpu_2d(
 
 at::Tensor fused_linear_relu_cpu(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
   check_linear_args("fused_linear_relu", input, weight, bias);
-  const at::Tensor out = linear_relu_cpu_2d(input.reshape({batch_rows(input), input.size(-1)}), weight, bias, std::nullopt);
+  const at::Tensor out = linear_relu_cpu_2d(as_rows(input), weight, bias, std::nullopt);
   return unflatten_rows(out, input);
 }
 

@@ -89,7 +89,7 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cpu(
       }
     });
   };
-  const at::Tensor out = linear_relu_cpu_2d(input.reshape({rows, input.size(-1)}), weight, bias, RowsEpilogue(pack));
+  const at::Tensor out = linear_relu_cpu_2d(as_rows(input), weight, bias, RowsEpilogue(pack));
   return {unflatten_rows(out, input), bits};
 }
 

@@ -41,7 +41,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_outputs(
       outputs[i] = at::empty({rows, weights[i].size(0)}, input.options());
     }
   }
-  if (!narrow_mlp_forward_cuda(input.reshape({rows, input.size(-1)}), weights, biases, relu_last, outputs)) {
+  if (!narrow_mlp_forward_cuda(as_rows(input), weights, biases, relu_last, outputs)) {
     return std::nullopt;
   }
   for (at::Tensor& out : outputs) {
