@@ -101,12 +101,11 @@ std::vector<at::Tensor> fused_linear_relu_backward_with(
     bool weight_grad,
     bool bias_grad) {
   check_linear_relu_backward_args("_fused_linear_relu_backward", grad_out, input, weight, relu_mask);
-  const int64_t rows = batch_rows(input);
-  const at::Tensor grad = mask_backward(grad_out, relu_mask).reshape({rows, weight.size(0)});
+  const at::Tensor grad = as_rows(mask_backward(grad_out, relu_mask));
   const at::Tensor grad_input = input_grad ? gemms.input_grad(grad, weight).view(input.sizes()) : at::Tensor();
   at::Tensor grad_weight, grad_bias;
   if (weight_grad) {
-    std::tie(grad_weight, grad_bias) = gemms.weight_grads(grad, input.reshape({rows, weight.size(1)}), bias_grad);
+    std::tie(grad_weight, grad_bias) = gemms.weight_grads(grad, as_rows(input), bias_grad);
   } else if (bias_grad) {
     grad_bias = grad.sum(0);
   }
@@ -125,12 +124,10 @@ std::vector<at::Tensor> fused_mlp_backward_with(
     bool params_grad) {
   check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
   const size_t layers = weights.size();
-  const int64_t rows = batch_rows(input);
-  auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}); };
   std::vector<at::Tensor> grad_weights(layers), grad_biases(layers);
-  at::Tensor grad = as_2d(grad_out);
+  at::Tensor grad = as_rows(grad_out);
   if (relu_last) {
-    grad = at::threshold_backward(grad, as_2d(saved_outputs[layers - 1]), 0);  // eager's ReLU backward
+    grad = at::threshold_backward(grad, as_rows(saved_outputs[layers - 1]), 0);  // eager's ReLU backward
   }
   for (size_t i = layers; i-- > 0;) {
     // Below the top layer, relu_input_grad has already summed this layer's bias gradient.
@@ -138,14 +135,14 @@ std::vector<at::Tensor> fused_mlp_backward_with(
     if (params_grad) {
       at::Tensor summed;
       std::tie(grad_weights[i], summed) =
-          gemms.weight_grads(grad, as_2d(i == 0 ? input : saved_outputs[i - 1]), top && has_bias.get(i));
+          gemms.weight_grads(grad, as_rows(i == 0 ? input : saved_outputs[i - 1]), top && has_bias.get(i));
       if (top) {
         grad_biases[i] = summed;
       }
     }
     if (i > 0) {
       std::tie(grad, grad_biases[i - 1]) =
-          gemms.relu_input_grad(grad, weights[i], as_2d(saved_outputs[i - 1]), params_grad && has_bias.get(i - 1));
+          gemms.relu_input_grad(grad, weights[i], as_rows(saved_outputs[i - 1]), params_grad && has_bias.get(i - 1));
     } else if (input_grad) {
       grad = gemms.input_grad(grad, weights[i]);
     }

@@ -209,8 +209,7 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
     return fused_mlp_backward_with(
         aten_gemms, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
   }
-  const int64_t rows = batch_rows(input);
-  auto as_2d = [rows](const at::Tensor& t) { return t.reshape({rows, t.size(-1)}).contiguous(); };
+  auto as_2d = [](const at::Tensor& t) { return as_rows(t).contiguous(); };
   std::vector<BackLayer> layers(weights.size());
   for (size_t i = 0; i < layers.size(); ++i) {
     const bool relu = i < saved_outputs.size();
@@ -238,14 +237,13 @@ std::vector<at::Tensor> fused_linear_relu_backward_cpu(
         relu_mask_backward_cpu, aten_gemms, grad_out, input, weight, relu_mask, input_grad, weight_grad,
         bias_grad);
   }
-  const int64_t rows = batch_rows(input);
   std::vector<BackLayer> layers(1);
   layers[0].linear = prepare_cpu_layer(weight, std::nullopt, /*relu=*/true, /*for_forward=*/false);
-  layers[0].input = input.reshape({rows, input.size(-1)}).contiguous();
+  layers[0].input = as_rows(input).contiguous();
   layers[0].relu_bits = relu_mask.contiguous();
   layers[0].has_bias = bias_grad;
   const Grads g = blocked_backward(
-      grad_out.reshape({rows, weight.size(0)}).contiguous(), layers, widest, input_grad, weight_grad, bias_grad);
+      as_rows(grad_out).contiguous(), layers, widest, input_grad, weight_grad, bias_grad);
   return defined_grads({input_grad ? g.input.view(input.sizes()) : at::Tensor(), g.weights[0], g.biases[0]});
 }
 

@@ -110,10 +110,9 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
   const c10::cuda::CUDAGuard device_guard(input.device());
   check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
   if (narrow_mlp_enabled()) {
-    const int64_t rows = batch_rows(input);
-    const at::Tensor grad_out2d = grad_out.reshape({rows, grad_out.size(-1)}).contiguous();
+    const at::Tensor grad_out2d = as_rows(grad_out).contiguous();
     if (auto grads = narrow_mlp_backward_cuda(
-            grad_out2d, input.reshape({rows, input.size(-1)}), weights, saved_outputs, has_bias, relu_last, input_grad,
+            grad_out2d, as_rows(input), weights, saved_outputs, has_bias, relu_last, input_grad,
             params_grad)) {
       if (input_grad) {
         grads->back() = grads->back().view(input.sizes());

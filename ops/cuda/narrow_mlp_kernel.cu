@@ -921,7 +921,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   const int64_t rows = input2d.size(0);
   std::vector<at::Tensor> outputs2d;
   for (const at::Tensor& out : saved_outputs) {
-    outputs2d.push_back(out.reshape({rows, out.size(-1)}));
+    outputs2d.push_back(as_rows(out));
     if (!dense(outputs2d.back())) {
       return std::nullopt;
     }
