@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -222,42 +223,100 @@ bool log_enabled() {
   return enabled;
 }
 
+// HYPATIA_CUBLASLT_SEARCH: unset, the heuristic's picks' variants (LtPlan::variants) join the search
+// where a call is long (kWideSearchMs); "heuristic", never; "wide", on every problem; "variants",
+// only they contend (then ATen's way, if none passes the probes): how the tests run them.
+enum class Search { by_length, heuristic, wide, variants };
+Search search_mode() {
+  static const Search mode = [] {
+    const char* env = std::getenv("HYPATIA_CUBLASLT_SEARCH");
+    const std::string value = env == nullptr ? "" : env;
+    if (value.empty()) {
+      return Search::by_length;
+    }
+    TORCH_CHECK(value == "heuristic" || value == "wide" || value == "variants",
+                "hypatia: HYPATIA_CUBLASLT_SEARCH must be unset, \"heuristic\", \"wide\" or \"variants\", got \"",
+                value, "\"");
+    return value == "heuristic" ? Search::heuristic : value == "wide" ? Search::wide : Search::variants;
+  }();
+  return mode;
+}
+
 constexpr int kCandidates = 8;
 constexpr int kTimings = 3;
 constexpr int kMaxCallsPerTiming = 32;
 // Each timing spans calls back to back for at least this long: single calls of a few
 // microseconds are too noisy to rank (a 2.6x slower algorithm once won on one).
 constexpr float kMinTimingMs = 0.1f;
+// Where the fastest first timing is this long, the kernel rather than the host sets a call's time:
+// there the picks' variants join the search, and every contender is timed again in steady state,
+// as a busy GPU runs it. After idle the GPU clocks higher than under sustained load, and kernels
+// rank differently: the heuristic's 8th pick, fastest after idle at 8192x4096->4096 fp16, ran 3%
+// slower than its 1st in steady state (docs/perf/2026-11-24-h100-lt-search/).
+constexpr float kWideSearchMs = 0.05f;
+// Steady state: the fastest contender runs this long first; then every contender one burst of at
+// least kFirstPassMs; then the kFinalists fastest kFinalRounds bursts each, interleaved, of at
+// least kFinalMs, whose medians decide.
+constexpr float kWarmUpMs = 50.0f;
+constexpr float kFirstPassMs = 0.5f;
+constexpr size_t kFinalists = 8;
+constexpr int kFinalRounds = 5;
+constexpr float kFinalMs = 1.0f;
 
-// Milliseconds per call of `run` (the best of kTimings, after a warm-up call that also sets how
-// many calls each timing spans); infinity if `run` fails.
-template <typename Run>
-float time_ms(cudaStream_t stream, const Run& run) {
-  cudaEvent_t start, stop;
-  C10_CUDA_CHECK(cudaEventCreate(&start));
-  C10_CUDA_CHECK(cudaEventCreate(&stop));
-  auto timed = [&](int calls) {
-    C10_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < calls; ++i) {
-      run();
-    }
-    C10_CUDA_CHECK(cudaEventRecord(stop, stream));
-    C10_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ms / calls;
-  };
-  float best = std::numeric_limits<float>::infinity();
-  if (run()) {
-    const float first = timed(1);
-    const int calls = std::clamp(static_cast<int>(kMinTimingMs / std::max(first, 1e-4f)), 1, kMaxCallsPerTiming);
-    for (int i = 0; i < kTimings; ++i) {
-      best = std::min(best, timed(calls));
-    }
+// CUDA-event timings on one stream.
+class Timer {
+ public:
+  explicit Timer(cudaStream_t stream) : stream_(stream) {
+    C10_CUDA_CHECK(cudaEventCreate(&start_));
+    C10_CUDA_CHECK(cudaEventCreate(&stop_));
   }
-  C10_CUDA_CHECK(cudaEventDestroy(start));
-  C10_CUDA_CHECK(cudaEventDestroy(stop));
-  return best;
+  ~Timer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  // Milliseconds per call over `calls` calls of `run` back to back; infinity if one fails.
+  template <typename Run>
+  float burst(const Run& run, int calls) {
+    C10_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    for (int i = 0; i < calls; ++i) {
+      if (!run()) {
+        return std::numeric_limits<float>::infinity();
+      }
+    }
+    C10_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    C10_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms / calls;
+  }
+
+  // The best of kTimings bursts, after a warm-up call; the first burst's length sets how many calls
+  // each spans. Infinity if `run` fails.
+  template <typename Run>
+  float best_of(const Run& run) {
+    if (!run()) {
+      return std::numeric_limits<float>::infinity();
+    }
+    const float first = burst(run, 1);
+    const int calls = std::clamp(static_cast<int>(kMinTimingMs / std::max(first, 1e-4f)), 1, kMaxCallsPerTiming);
+    float best = std::numeric_limits<float>::infinity();
+    for (int i = 0; i < kTimings; ++i) {
+      best = std::min(best, burst(run, calls));
+    }
+    return best;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_, stop_;
+};
+
+// Calls of `per_call_ms` each that span at least `ms`.
+int calls_spanning(float ms, float per_call_ms) {
+  return static_cast<int>(std::clamp(std::ceil(ms / std::max(per_call_ms, 1e-4f)), 1.0f, 1e6f));
 }
 
 cublasComputeType_t compute_type(at::ScalarType dtype) {
@@ -352,7 +411,54 @@ class LtPlan {
     return algos;
   }
 
+  // Each pick with every cluster shape, CTA swizzling and custom option that cuBLASLt accepts for
+  // this problem and workspace: the heuristic offers one of each per kernel, and on the H100 other
+  // ones ran up to 1.29x faster than its first pick (16384x1024->4096 fp16 forward;
+  // docs/perf/2026-11-24-h100-lt-search/). The picks themselves are left out.
+  std::vector<cublasLtMatmulAlgo_t> variants(const std::vector<cublasLtMatmulAlgo_t>& picks) const {
+    std::vector<cublasLtMatmulAlgo_t> found;
+    auto known = [&](const cublasLtMatmulAlgo_t& algo) {
+      auto same = [&](const cublasLtMatmulAlgo_t& other) { return std::memcmp(&algo, &other, sizeof algo) == 0; };
+      return std::any_of(picks.begin(), picks.end(), same) || std::any_of(found.begin(), found.end(), same);
+    };
+    const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
+    for (const cublasLtMatmulAlgo_t& pick : picks) {
+      uint32_t swizzling = 0;
+      int32_t custom_max = 0;
+      size_t written = 0;
+      if (cublasLtMatmulAlgoCapGetAttribute(&pick, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzling,
+                                            sizeof swizzling, &written) != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoCapGetAttribute(&pick, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max,
+                                            sizeof custom_max, &written) != CUBLAS_STATUS_SUCCESS) {
+        continue;
+      }
+      for (uint16_t cluster = CUBLASLT_CLUSTER_SHAPE_AUTO; cluster < CUBLASLT_CLUSTER_SHAPE_END; ++cluster) {
+        for (uint32_t swizzle = 0; swizzle <= (swizzling != 0 ? 1u : 0u); ++swizzle) {
+          for (uint32_t custom = 0; custom <= static_cast<uint32_t>(std::max(custom_max, 0)); ++custom) {
+            cublasLtMatmulAlgo_t algo = pick;
+            cublasLtMatmulHeuristicResult_t check = {};
+            if (set_config(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) &&
+                set_config(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) &&
+                set_config(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) &&
+                cublasLtMatmulAlgoCheck(at::cuda::getCurrentCUDABlasLtHandle(), desc_.get(), a_layout_.get(),
+                                        b_layout_.get(), d_layout_.get(), d_layout_.get(), &algo,
+                                        &check) == CUBLAS_STATUS_SUCCESS &&
+                check.workspaceSize <= workspace_size && !known(algo)) {
+              found.push_back(algo);
+            }
+          }
+        }
+      }
+    }
+    return found;
+  }
+
  private:
+  template <typename T>
+  static bool set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute, const T& value) {
+    return cublasLtMatmulAlgoConfigSetAttribute(&algo, attribute, &value, sizeof(value)) == CUBLAS_STATUS_SUCCESS;
+  }
+
   template <typename T>
   void set_desc(cublasLtMatmulDescAttributes_t attribute, const T& value) {
     HYPATIA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), attribute, &value, sizeof(value)));
@@ -366,12 +472,46 @@ class LtPlan {
   AlgoKey key_;
 };
 
-// Runs `plan` with the algorithm chosen for its key: on first use, `aten` (ATen's way to the
-// same result), `own_kernel` (the library's kernel for the problem: false, doing nothing, where it
-// does not apply) and each heuristic candidate that `acceptable` passes are timed, and the fastest
-// is cached. Returns false when `aten` should run instead: chosen as fastest, no candidate, or
-// none chosen yet while the stream is captured into a CUDA graph (whose capture forbids the
-// host syncs of probing and timing; the choice is made on a later, uncaptured call).
+// One way to run a problem in the search, and its time.
+struct Contender {
+  AlgoChoice choice;
+  std::string name;  // in the log: aten, own, i (the heuristic's i-th pick) or vi (the i-th variant)
+  float ms = std::numeric_limits<float>::infinity();
+};
+
+// Times `contenders` again in steady state (kWarmUpMs and after), fastest first.
+template <typename Execute>
+void time_in_steady_state(Timer& timer, std::vector<Contender>& contenders, const Execute& execute) {
+  auto faster = [](const Contender& x, const Contender& y) { return x.ms < y.ms; };
+  const Contender& fastest = *std::min_element(contenders.begin(), contenders.end(), faster);
+  timer.burst([&] { return execute(fastest.choice); }, calls_spanning(kWarmUpMs, fastest.ms));
+  const float typical = fastest.ms;
+  for (Contender& c : contenders) {
+    c.ms = timer.burst([&] { return execute(c.choice); }, calls_spanning(kFirstPassMs, std::min(c.ms, typical)));
+  }
+  std::stable_sort(contenders.begin(), contenders.end(), faster);
+  const size_t finalists = std::min(kFinalists, contenders.size());
+  std::vector<std::vector<float>> rounds(finalists);
+  for (int r = 0; r < kFinalRounds; ++r) {
+    for (size_t i = 0; i < finalists; ++i) {
+      const Contender& c = contenders[i];
+      rounds[i].push_back(timer.burst([&] { return execute(c.choice); }, calls_spanning(kFinalMs, c.ms)));
+    }
+  }
+  for (size_t i = 0; i < finalists; ++i) {
+    std::sort(rounds[i].begin(), rounds[i].end());
+    contenders[i].ms = rounds[i][rounds[i].size() / 2];
+  }
+  std::stable_sort(contenders.begin(), contenders.end(), faster);
+}
+
+// Runs `plan` with the way chosen for its key. On first use, `aten` (ATen's way to the same
+// result), `own_kernel` (the library's kernel for the problem: false, doing nothing, where it does
+// not apply) and the heuristic's candidates are timed; on long problems (kWideSearchMs) their
+// variants too, all in steady state. The fastest that `acceptable` passes (ATen's and the own
+// kernel always do) is cached. Returns false when `aten` should run instead: chosen as fastest, no
+// candidate, or none chosen yet while the stream is captured into a CUDA graph (whose capture
+// forbids the host syncs of probing and timing; the choice is made on a later, uncaptured call).
 // `prepare` makes what only the plan reads (ATen's way does without it), before its first run.
 template <typename Aten, typename Acceptable, typename Prepare, typename OwnKernelRun>
 bool run_fastest(
@@ -400,61 +540,93 @@ bool run_fastest(
   if (capture != cudaStreamCaptureStatusNone) {
     return false;
   }
-  auto log = [&](const std::string& timings, const std::string& chosen) {
+  auto decide = [&](const AlgoChoice& choice, const std::string& timings, const std::string& chosen) {
     if (log_enabled()) {
       std::fprintf(stderr, "hypatia cuBLASLt %s: %s; chosen: %s\n", plan.describe().c_str(), timings.c_str(),
                    chosen.c_str());
     }
+    algo_cache().insert(plan.key(), choice);
+    // The last timed or probed run may have been another contender: write the result with this one.
+    return run_choice(choice);
   };
   if (own_kernel_mode() == OwnKernel::always && own_kernel()) {
-    log("own kernel untimed", "own");
-    algo_cache().insert(plan.key(), AlgoChoice{Way::own_kernel});
-    return true;
+    return decide(AlgoChoice{Way::own_kernel}, "own kernel untimed", "own");
   }
-  AlgoChoice best{Way::aten};
-  std::string chosen = "aten";
-  float best_ms = !autotune_enabled() ? std::numeric_limits<float>::infinity() : time_ms(stream, [&] {
-    aten();
-    return true;
-  });
-  std::string timings = "aten " + std::to_string(best_ms) + " ms";
-  if (autotune_enabled() && own_kernel_mode() == OwnKernel::timed) {
-    const float ms = time_ms(stream, own_kernel);
-    if (ms < std::numeric_limits<float>::infinity()) {
-      timings += ", own " + std::to_string(ms) + " ms";
-      if (ms < best_ms) {
-        best_ms = ms;
-        best = AlgoChoice{Way::own_kernel};
-        chosen = "own";
+  prepare();
+  const std::vector<cublasLtMatmulAlgo_t> picks = plan.candidates();
+  if (!autotune_enabled()) {  // the heuristic's first acceptable pick
+    std::string timings = "untimed, candidates";
+    for (size_t i = 0; i < picks.size(); ++i) {
+      if (acceptable(picks[i])) {
+        return decide(AlgoChoice{Way::cublaslt, picks[i]}, timings, std::to_string(i));
+      }
+      timings += " " + std::to_string(i) + ":rejected";
+    }
+    return decide(AlgoChoice{Way::aten}, timings, "aten");
+  }
+  // Runs any contender, ATen's way included: false if it fails.
+  auto execute = [&](const AlgoChoice& choice) {
+    switch (choice.way) {
+      case Way::aten: aten(); return true;
+      case Way::own_kernel: return own_kernel();
+      case Way::cublaslt: break;
+    }
+    if (plan.run(choice.algo) == CUBLAS_STATUS_SUCCESS) {
+      return true;
+    }
+    (void)cudaGetLastError();  // a kernel that failed to launch leaves an error the next check would take for its own
+    return false;
+  };
+  Timer timer(stream);
+  std::vector<Contender> contenders;
+  std::string timings;
+  auto faster = [](const Contender& x, const Contender& y) { return x.ms < y.ms; };
+  if (search_mode() != Search::variants) {
+    contenders.push_back({AlgoChoice{Way::aten}, "aten"});
+    if (own_kernel_mode() == OwnKernel::timed) {
+      contenders.push_back({AlgoChoice{Way::own_kernel}, "own"});
+    }
+    for (size_t i = 0; i < picks.size(); ++i) {
+      contenders.push_back({AlgoChoice{Way::cublaslt, picks[i]}, std::to_string(i)});
+    }
+    for (Contender& c : contenders) {
+      c.ms = timer.best_of([&] { return execute(c.choice); });
+      if (c.choice.way == Way::cublaslt) {
+        timings += (c.name == "0" ? ", candidates " : " ") + c.name + ":" + std::to_string(c.ms);
+      } else if (c.choice.way == Way::aten || c.ms < std::numeric_limits<float>::infinity()) {
+        timings += (timings.empty() ? "" : ", ") + c.name + " " + std::to_string(c.ms) + " ms";
       }
     }
   }
-  timings += ", candidates";
-  int index = 0;
-  prepare();
-  for (const cublasLtMatmulAlgo_t& algo : plan.candidates()) {
-    const int i = index++;
-    if (!acceptable(algo)) {
-      timings += " " + std::to_string(i) + ":rejected";
-      continue;
+  const bool wide = search_mode() == Search::wide || search_mode() == Search::variants ||
+      (search_mode() == Search::by_length &&
+       std::min_element(contenders.begin(), contenders.end(), faster)->ms >= kWideSearchMs);
+  if (wide) {
+    const std::vector<cublasLtMatmulAlgo_t> variants = plan.variants(picks);
+    for (size_t i = 0; i < variants.size(); ++i) {
+      contenders.push_back({AlgoChoice{Way::cublaslt, variants[i]}, "v" + std::to_string(i)});
     }
-    if (!autotune_enabled()) {  // the heuristic's first acceptable pick
-      best = AlgoChoice{Way::cublaslt, algo};
-      chosen = std::to_string(i);
-      break;
+    timings += (timings.empty() ? "" : ", ") + std::to_string(variants.size()) + " variants; in steady state";
+    if (!contenders.empty()) {
+      time_in_steady_state(timer, contenders, execute);
     }
-    const float ms = time_ms(stream, [&] { return plan.run(algo) == CUBLAS_STATUS_SUCCESS; });
-    timings += " " + std::to_string(i) + ":" + std::to_string(ms);
-    if (ms < best_ms) {
-      best_ms = ms;
-      best = AlgoChoice{Way::cublaslt, algo};
-      chosen = std::to_string(i);
+    for (size_t i = 0; i < std::min(kFinalists, contenders.size()); ++i) {
+      timings += " " + contenders[i].name + ":" + std::to_string(contenders[i].ms);
     }
+  } else {
+    std::stable_sort(contenders.begin(), contenders.end(), faster);
   }
-  log(timings, chosen);
-  algo_cache().insert(plan.key(), best);
-  // The last timed run may have been another candidate: write the result with the winner.
-  return run_choice(best);
+  std::string rejected;
+  for (const Contender& c : contenders) {
+    if (!(c.ms < std::numeric_limits<float>::infinity())) {
+      break;  // the rest failed to run (or, the own kernel, does not apply)
+    }
+    if (c.choice.way != Way::cublaslt || acceptable(c.choice.algo)) {
+      return decide(c.choice, timings + rejected, c.name);
+    }
+    rejected += (rejected.empty() ? ", rejected " : " ") + c.name;
+  }
+  return decide(AlgoChoice{Way::aten}, timings + rejected, "aten");
 }
 
 // Where the library has no kernel of its own for the problem.
