@@ -325,6 +325,15 @@ cublasComputeType_t compute_type(at::ScalarType dtype) {
                                                                        : CUBLAS_COMPUTE_32F;
 }
 
+// The cluster shapes a variant may take: powers of two up to 4 x 4 CTAs, and cuBLASLt's own choice.
+// Every variant in the finals of docs/perf/2026-11-24-h100-lt-search/ had one of these; the other
+// 42 shapes (odd sizes, 8 and 16 CTAs long) would have it check five times as many configurations.
+constexpr uint16_t kClusterShapes[] = {
+    CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+    CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+    CUBLASLT_CLUSTER_SHAPE_4x2x1, CUBLASLT_CLUSTER_SHAPE_1x4x1, CUBLASLT_CLUSTER_SHAPE_2x4x1,
+    CUBLASLT_CLUSTER_SHAPE_4x4x1};
+
 // An LtMatmul's descriptors, ready to run with any algorithm.
 class LtPlan {
  public:
@@ -411,10 +420,10 @@ class LtPlan {
     return algos;
   }
 
-  // Each pick with every cluster shape, CTA swizzling and custom option that cuBLASLt accepts for
-  // this problem and workspace: the heuristic offers one of each per kernel, and on the H100 other
-  // ones ran up to 1.29x faster than its first pick (16384x1024->4096 fp16 forward;
-  // docs/perf/2026-11-24-h100-lt-search/). The picks themselves are left out.
+  // Each pick with every cluster shape (of kClusterShapes), CTA swizzling and custom option that
+  // cuBLASLt accepts for this problem and workspace: the heuristic offers one of each per kernel,
+  // and on the H100 other ones ran up to 1.29x faster than its first pick (16384x1024->4096 fp16
+  // forward; docs/perf/2026-11-24-h100-lt-search/). The picks themselves are left out.
   std::vector<cublasLtMatmulAlgo_t> variants(const std::vector<cublasLtMatmulAlgo_t>& picks) const {
     std::vector<cublasLtMatmulAlgo_t> found;
     auto known = [&](const cublasLtMatmulAlgo_t& algo) {
@@ -432,7 +441,7 @@ class LtPlan {
                                             sizeof custom_max, &written) != CUBLAS_STATUS_SUCCESS) {
         continue;
       }
-      for (uint16_t cluster = CUBLASLT_CLUSTER_SHAPE_AUTO; cluster < CUBLASLT_CLUSTER_SHAPE_END; ++cluster) {
+      for (const uint16_t cluster : kClusterShapes) {
         for (uint32_t swizzle = 0; swizzle <= (swizzling != 0 ? 1u : 0u); ++swizzle) {
           for (uint32_t custom = 0; custom <= static_cast<uint32_t>(std::max(custom_max, 0)); ++custom) {
             cublasLtMatmulAlgo_t algo = pick;
