@@ -369,11 +369,14 @@ class LtPlan {
 
   const AlgoKey& key() const { return key_; }
 
-  // "m x n x k" in cuBLAS's column-major terms, the transposes, the dtype and the epilogue.
+  // "m x n x k" in cuBLAS's column-major terms, the transposes, the dtype (float32 with TF32 marked)
+  // and the epilogue.
   std::string describe() const {
     auto op = [](cublasOperation_t t) { return t == CUBLAS_OP_N ? "N" : "T"; };
+    const bool tf32 = compute_type(dtype_) == CUBLAS_COMPUTE_32F_FAST_TF32;
     return std::to_string(p_.m) + "x" + std::to_string(p_.n) + "x" + std::to_string(p_.k) + " " + op(p_.trans_a) +
-        op(p_.trans_b) + " " + c10::toString(dtype_) + " epilogue " + epilogue_name(p_.epilogue);
+        op(p_.trans_b) + " " + c10::toString(dtype_) + (tf32 ? " (TF32)" : "") + " epilogue " +
+        epilogue_name(p_.epilogue);
   }
 
   // With B and D replaced (the NaN probe's copies), or as planned.

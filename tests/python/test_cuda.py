@@ -210,7 +210,8 @@ def test_nan_survives_the_relu_epilogue(dtype, mkn):
 def test_autotune_log_names_every_gemm_of_a_training_step():
     # HYPATIA_CUBLASLT_LOG=1: one line per tuned problem. A fused_linear_relu forward+backward with a
     # bias tunes the RELU_BIAS forward (TN), the input gradient (NN) and the weight gradient with its
-    # BGRADB bias sum (NT); a 2-layer fused_mlp's backward goes through the hidden ReLU by DRELU_BGRAD.
+    # BGRADB bias sum (NT); a 2-layer fused_mlp's backward goes through the hidden ReLU by DRELU_BGRAD;
+    # with TF32 allowed a float32 problem is named as such.
     code = (
         "import sys, torch; sys.path.insert(0, sys.argv[1]); import hypatia_ops\n"
         "x = torch.randn(96, 40, device='cuda', requires_grad=True)\n"
@@ -220,6 +221,8 @@ def test_autotune_log_names_every_gemm_of_a_training_step():
         "w2 = torch.randn(24, 72, device='cuda', requires_grad=True)\n"
         "b2 = torch.randn(24, device='cuda', requires_grad=True)\n"
         "hypatia_ops.fused_mlp(x, [w, w2], [b, b2]).sum().backward()\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "hypatia_ops.fused_linear_relu(torch.randn(50, 40, device='cuda'), w[:30].detach())\n"
         "torch.cuda.synchronize()\n")
     env = dict(os.environ, HYPATIA_CUBLASLT_LOG="1")
     proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "python")], env=env, capture_output=True,
@@ -227,7 +230,8 @@ def test_autotune_log_names_every_gemm_of_a_training_step():
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hypatia cuBLASLt ")]
     for problem in ("72x96x40 TN Float epilogue RELU_BIAS", "40x96x72 NN Float epilogue none",
-                    "40x72x96 NT Float epilogue BGRADB", "72x96x24 NN Float epilogue DRELU_BGRAD"):
+                    "40x72x96 NT Float epilogue BGRADB", "72x96x24 NN Float epilogue DRELU_BGRAD",
+                    "30x50x40 TN Float (TF32) epilogue RELU"):
         assert sum(problem in line for line in lines) == 1, (problem, lines)
     assert all(re.search(r"; chosen: (aten|own|v?\d+)$", line) for line in lines), lines
 
