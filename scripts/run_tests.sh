@@ -9,5 +9,5 @@ build="${HYPATIA_BUILD_DIR:-$root/build}"
 export HYPATIA_OPS_LIBRARY="$build/libhypatia_ops.so" HYPATIA_BUILD_DIR="$build"
 status=0
 (cd "$build" && ctest --output-on-failure --timeout 600) || status=1
-(cd "$root" && "$HYPATIA_PY" -m pytest -p no:cacheprovider -q -rs tests/python) || status=1
+(cd "$root" && "$HYPATIA_PY" -m pytest -p no:cacheprovider -q -rs --durations=20 tests/python) || status=1
 exit $status
