@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -491,10 +492,13 @@ struct Contender {
   float ms = std::numeric_limits<float>::infinity();
 };
 
+bool faster(const Contender& x, const Contender& y) {
+  return x.ms < y.ms;
+}
+
 // Times `contenders` again in steady state (kWarmUpMs and after), fastest first.
 template <typename Execute>
 void time_in_steady_state(Timer& timer, std::vector<Contender>& contenders, const Execute& execute) {
-  auto faster = [](const Contender& x, const Contender& y) { return x.ms < y.ms; };
   const Contender& fastest = *std::min_element(contenders.begin(), contenders.end(), faster);
   timer.burst([&] { return execute(fastest.choice); }, calls_spanning(kWarmUpMs, fastest.ms));
   const float typical = fastest.ms;
@@ -596,7 +600,6 @@ bool run_fastest(
   Timer timer(stream);
   std::vector<Contender> contenders;
   std::string timings;
-  auto faster = [](const Contender& x, const Contender& y) { return x.ms < y.ms; };
   if (search_mode() != Search::variants) {
     contenders.push_back({AlgoChoice{Way::aten}, "aten"});
     if (own_kernel_mode() == OwnKernel::timed) {
@@ -609,7 +612,7 @@ bool run_fastest(
       c.ms = timer.best_of([&] { return execute(c.choice); });
       if (c.choice.way == Way::cublaslt) {
         timings += (c.name == "0" ? ", candidates " : " ") + c.name + ":" + std::to_string(c.ms);
-      } else if (c.choice.way == Way::aten || c.ms < std::numeric_limits<float>::infinity()) {
+      } else if (c.choice.way == Way::aten || std::isfinite(c.ms)) {
         timings += (timings.empty() ? "" : ", ") + c.name + " " + std::to_string(c.ms) + " ms";
       }
     }
@@ -634,7 +637,7 @@ bool run_fastest(
   }
   std::string rejected;
   for (const Contender& c : contenders) {
-    if (!(c.ms < std::numeric_limits<float>::infinity())) {
+    if (!std::isfinite(c.ms)) {
       break;  // the rest failed to run (or, the own kernel, does not apply)
     }
     if (c.choice.way != Way::cublaslt || acceptable(c.choice.algo)) {
