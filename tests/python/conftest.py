@@ -1,3 +1,5 @@
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +23,32 @@ def pytest_generate_tests(metafunc):
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64."""
     return ((out.double().cpu() - ref.double().cpu()).norm() / ref.double().cpu().norm()).item()
+
+
+def linear_operands(lead, k, n, dtype, seed):
+    """x [*lead, k], w [n, k] (scaled so that x @ w.T stays O(1)) and b [n], drawn in float64 from
+    `seed`, then rounded to `dtype` on the GPU."""
+    torch.manual_seed(seed)
+    x = torch.randn(*lead, k, dtype=torch.float64)
+    w = torch.randn(n, k, dtype=torch.float64) / k**0.5
+    b = torch.randn(n, dtype=torch.float64)
+    return [t.to(dtype).cuda() for t in (x, w, b)]
+
+
+def autotuner_log(script, *args, env):
+    """Runs a case script of this folder in a subprocess (the library reads its environment once per
+    process) with HYPATIA_CUBLASLT_LOG=1 and `env` over os.environ (a value of None removes the
+    variable); asserts it passed and returns the autotuner's log lines, one per tuned problem."""
+    full_env = dict(os.environ, HYPATIA_CUBLASLT_LOG="1")
+    for name, value in env.items():
+        if value is None:
+            full_env.pop(name, None)
+        else:
+            full_env[name] = value
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / script), *args], env=full_env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.startswith("hypatia cuBLASLt ")]
 
 
 # Relative error allowed against a float64 reference, by operand dtype.

@@ -9,25 +9,17 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
-from conftest import TOLERANCE, rel_error  # noqa: E402
+from conftest import TOLERANCE, linear_operands, rel_error  # noqa: E402
 
 # (M, K, N): rows not a multiple of any tile, K and N ragged for 128-wide tiles.
 SHAPES = [(300, 96, 136), (520, 264, 200)]
-
-
-def data(m, k, n, dtype, seed):
-    torch.manual_seed(seed)
-    x = torch.randn(m, k, dtype=torch.float64)
-    w = torch.randn(n, k, dtype=torch.float64) / k**0.5
-    b = torch.randn(n, dtype=torch.float64)
-    return [t.to(dtype).cuda() for t in (x, w, b)]
 
 
 def forward(dtype):
     """fused_linear_relu and a one-layer fused_mlp without ReLU, with and without bias, against
     float64 on the same (rounded) operands; a NaN row stays NaN through the ReLU, as in eager."""
     for i, (m, k, n) in enumerate(SHAPES):
-        x, w, b = data(m, k, n, dtype, i)
+        x, w, b = linear_operands((m,), k, n, dtype, i)
         x[1, 3] = float("nan")
         for bias in (b, None):
             ref = F.linear(x.double(), w.double(), None if bias is None else bias.double())
@@ -47,7 +39,7 @@ def gradients(dtype):
     the dtype's or twice eager's own error, whichever is larger (ReLU masks that flip under
     rounding move even eager's gradients away from float64)."""
     m, k, n = SHAPES[0]
-    x, w, b = data(m, k, n, dtype, 7)
+    x, w, b = linear_operands((m,), k, n, dtype, 7)
     w2, w3 = (torch.randn(72, n, device="cuda") / n**0.5).to(dtype), (torch.randn(40, 72, device="cuda") / 72**0.5).to(dtype)
     b2, b3 = torch.randn(72, device="cuda").to(dtype), torch.randn(40, device="cuda").to(dtype)
     cases = [
@@ -75,7 +67,7 @@ def by_length():
     """Unset, the search widens only where a call is long: a float32 2048x2048->2048 forward
     (17 GFLOP, ~0.3 ms on an H100) and not a 64x64->64 one. Both still match float64."""
     for m, k, n in ((2048, 2048, 2048), (64, 64, 64)):
-        x, w, b = data(m, k, n, torch.float32, 3)
+        x, w, b = linear_operands((m,), k, n, torch.float32, 3)
         err = rel_error(torch.ops.hypatia.fused_linear_relu(x, w, b), F.relu(F.linear(x.double(), w.double(), b.double())))
         assert err < TOLERANCE[torch.float32], (m, k, n, err)
     print("by_length: ok", flush=True)

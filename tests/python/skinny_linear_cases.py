@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
-from conftest import TOLERANCE, rel_error  # noqa: E402
+from conftest import TOLERANCE, linear_operands as data, rel_error  # noqa: E402
 
 # (leading dims of the input, K, N): M from 1 to 256 (the kernel's limit) in one or several
 # 32-row blocks, the last one ragged; K shorter than one 128-byte slice, not a whole number of
@@ -17,14 +17,6 @@ from conftest import TOLERANCE, rel_error  # noqa: E402
 SHAPES = [((1,), 64, 1), ((7,), 784, 33), ((16,), 256, 1000), ((17,), 520, 4096), ((32,), 4096, 512),
           ((32,), 8, 40), ((5,), 2056, 96), ((2, 16), 128, 72), ((33,), 264, 200), ((256,), 256, 512),
           ((3, 50), 784, 130)]
-
-
-def data(lead, k, n, dtype, seed):
-    torch.manual_seed(seed)
-    x = torch.randn(*lead, k, dtype=torch.float64)
-    w = torch.randn(n, k, dtype=torch.float64) / k**0.5
-    b = torch.randn(n, dtype=torch.float64)
-    return [t.to(dtype).cuda() for t in (x, w, b)]
 
 
 def forward(dtype):

@@ -11,21 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import requires_cuda
+from conftest import autotuner_log, requires_cuda
 
 pytestmark = requires_cuda
 HERE = Path(__file__).resolve().parent
 
 
 def run_cases(*args, search=None):
-    env = dict(os.environ, HYPATIA_CUBLASLT_LOG="1", HYPATIA_DISABLE_NARROW_MLP="1")
-    env.pop("HYPATIA_CUBLASLT_SEARCH", None)
-    if search is not None:
-        env["HYPATIA_CUBLASLT_SEARCH"] = search
-    proc = subprocess.run([sys.executable, str(HERE / "cublaslt_search_cases.py"), *args], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return [line for line in proc.stderr.splitlines() if line.startswith("hypatia cuBLASLt ")]
+    return autotuner_log("cublaslt_search_cases.py", *args,
+                         env={"HYPATIA_DISABLE_NARROW_MLP": "1", "HYPATIA_CUBLASLT_SEARCH": search})
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

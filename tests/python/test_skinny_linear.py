@@ -2,26 +2,18 @@
 forced onto every problem it covers (HYPATIA_SKINNY_LINEAR=1, read once per process, hence the
 subprocesses) and checked against float64; the autotuner's log must name it for each covered
 problem and for no other. Skipped without a GPU."""
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import requires_cuda
+from conftest import autotuner_log, requires_cuda
 
 pytestmark = requires_cuda
-HERE = Path(__file__).resolve().parent
 
 
 def run_cases(*args):
-    env = dict(os.environ, HYPATIA_SKINNY_LINEAR="1", HYPATIA_CUBLASLT_LOG="1", HYPATIA_DISABLE_NARROW_MLP="1")
-    proc = subprocess.run([sys.executable, str(HERE / "skinny_linear_cases.py"), *args], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return [line for line in proc.stderr.splitlines() if line.startswith("hypatia cuBLASLt ")]
+    return autotuner_log("skinny_linear_cases.py", *args,
+                         env={"HYPATIA_SKINNY_LINEAR": "1", "HYPATIA_DISABLE_NARROW_MLP": "1"})
 
 
 def forward_problems(lines):
