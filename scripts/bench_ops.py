@@ -342,44 +342,71 @@ def warm_up(call, n_sets: int, device: str, budget: Budget, per_call_s: float | 
     return per_call_s
 
 
-def timed_run(call, first: int, count: int, device: str) -> list[float]:
-    """ms of each of `count` calls call(first), call(first + 1), ... issued back to back. CUDA: a
-    pair of events around each call, so a call bound by its host-side launch cost shows that cost."""
+# CUDA: events go around bursts of back-to-back calls that last about this long, not around each
+# call. Recording an event pair costs the host several microseconds (~10 on the lent H100's host),
+# which a call bound by its own host time would otherwise be charged on top of that time.
+BURST_S = 5e-4
+MAX_BURST = 64
+
+
+def burst_size(per_call_s: float, device: str) -> int:
+    """Calls per timed sample: enough to fill BURST_S on CUDA; 1 on the CPU (its timer costs ~0.1 us)."""
+    if device != "cuda":
+        return 1
+    return max(1, min(MAX_BURST, math.ceil(BURST_S / max(per_call_s, 1e-7))))
+
+
+def timed_run(call, first: int, count: int, device: str, burst: int = 1) -> list[float]:
+    """ms per call of `count` samples, each `burst` calls call(first), call(first + 1), ... issued
+    back to back. CUDA: a pair of events around each sample, so that a call bound by its host-side
+    launch cost shows that cost (the GPU waits for it), and the sample's time over `burst`."""
     if device == "cuda":
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(count)]
-        for i, (start, end) in enumerate(events):
+        i = first
+        for start, end in events:
             start.record()
-            call(first + i)
+            for _ in range(burst):
+                call(i)
+                i += 1
             end.record()
         torch.cuda.synchronize()
-        return [start.elapsed_time(end) for start, end in events]
+        return [start.elapsed_time(end) / burst for start, end in events]
     times = []
-    for i in range(count):
+    for i in range(first, first + count * burst, burst):
         t = time.perf_counter()
-        call(first + i)
-        times.append((time.perf_counter() - t) * 1e3)
+        for j in range(burst):
+            call(i + j)
+        times.append((time.perf_counter() - t) * 1e3 / burst)
     return times
 
 
 def time_calls(call, n_sets: int, device: str, budget: Budget) -> float:
     """Median ms of call(i) with i cycling over the input sets, after warm-up."""
-    reps = budget.reps(warm_up(call, n_sets, device, budget, None))
-    return statistics.median(timed_run(lambda i: call(i % n_sets), 0, reps, device))
+    per_call_s = warm_up(call, n_sets, device, budget, None)
+    burst = burst_size(per_call_s, device)
+    reps = budget.reps(per_call_s * burst)
+    return statistics.median(timed_run(lambda i: call(i % n_sets), 0, reps, device, burst))
 
 
 def time_interleaved(timed: dict, n_sets: int, device: str, budget: Budget, rounds: int = 5) -> dict:
-    """Median ms and reps of each competitor's calls (inputs cycling over the sets), timed in rounds
-    that take turns (A's calls, B's, ..., then A's again), so that a slow spell of the machine (a
-    shared host, GPU clocks) falls on every competitor alike instead of on whichever ran then.
-    `timed`: name -> (call, seconds of a call already made, which replaces the warm-up, or None)."""
-    plan = {name: budget.reps(warm_up(call, n_sets, device, budget, per_call_s))
-            for name, (call, per_call_s) in timed.items()}
+    """Median ms per call, samples and calls per sample of each competitor (inputs cycling over the
+    sets), timed in rounds that take turns (A's samples, B's, ..., then A's again), so that a slow
+    spell of the machine (a shared host, GPU clocks) falls on every competitor alike instead of on
+    whichever ran then. `timed`: name -> (call, seconds of a call already made, which replaces the
+    warm-up, or None)."""
+    plan = {}
+    for name, (call, per_call_s) in timed.items():
+        per_call_s = warm_up(call, n_sets, device, budget, per_call_s)
+        burst = burst_size(per_call_s, device)
+        plan[name] = (budget.reps(per_call_s * burst), burst)
     times = {name: [] for name in timed}
     for r in range(rounds):
         for name, (call, _) in timed.items():
-            count = plan[name] * (r + 1) // rounds - plan[name] * r // rounds  # plan[name] in all
-            times[name] += timed_run(lambda i: call(i % n_sets), len(times[name]), count, device)
-    return {name: (statistics.median(ts), len(ts)) for name, ts in times.items()}
+            reps, burst = plan[name]
+            count = reps * (r + 1) // rounds - reps * r // rounds  # reps in all
+            first = len(times[name]) * burst
+            times[name] += timed_run(lambda i: call(i % n_sets), first, count, device, burst)
+    return {name: (statistics.median(ts), len(ts), plan[name][1]) for name, ts in times.items()}
 
 
 def measure_ceilings(device: str, dtypes: list[str], quick: bool, threads) -> dict:
@@ -591,7 +618,7 @@ class Runner:
             "threads": threads if self.device == "cpu" else torch.get_num_threads(),
             "memory_only": case.memory_only, "status": "ok",
             "ms": {}, "relerr": {}, "tolerance": TOLERANCE[case.dtype], "peak_mem_MiB": {}, "skipped": {},
-            "compile_s": None, "reps": {}, "input_sets": None,
+            "compile_s": None, "reps": {}, "calls_per_rep": {}, "input_sets": None,
             "flops": case.flops(mode), "bytes": case.bytes(mode),
             "flop_floor_ms": flop_floor, "byte_floor_ms": byte_floor, "floor_ms": max(flop_floor, byte_floor),
             "bound": "compute" if flop_floor >= byte_floor else "memory",
@@ -668,8 +695,8 @@ class Runner:
                 else:
                     row["skipped"][name] = why
         if timed:
-            for name, (ms, reps) in time_interleaved(timed, len(sets), device, self.budget).items():
-                row["ms"][name], row["reps"][name] = ms, reps
+            for name, (ms, reps, burst) in time_interleaved(timed, len(sets), device, self.budget).items():
+                row["ms"][name], row["reps"][name], row["calls_per_rep"][name] = ms, reps, burst
             if measure_memory:
                 for name, (call, _) in timed.items():
                     self.peak_memory(row, name, lambda: call(0))
@@ -736,7 +763,8 @@ def metadata(args, threads_list, ceilings, baseline_note) -> dict:
         "git_commit": commit, "library": str(lib.relative_to(ROOT)) if lib.is_relative_to(ROOT) else lib.name,
         "quick": args.quick, "seed": args.seed, "max_call_s": args.max_call_s, "skip": args.skip,
         "inductor_fx_graph_cache": bool(torch._inductor.config.fx_graph_cache),
-        "timing": ("CUDA events around each call, calls back to back" if args.device == "cuda"
+        "timing": (f"CUDA events around bursts of back-to-back calls (>= {BURST_S * 1e3:g} ms a burst, at most "
+                   f"{MAX_BURST} calls), ms per call of each burst" if args.device == "cuda"
                    else "time.perf_counter around each call") + ", median; competitors timed in 5 interleaved rounds",
         "memory": ("torch.cuda.max_memory_allocated above the level before one call" if args.device == "cuda"
                    else "peak RSS (VmHWM after clear_refs) above the level before one call"),

@@ -1,5 +1,6 @@
 """scripts/bench_ops.py end to end on the CPU with --quick: it runs, its correctness checks pass,
 and it writes the JSON and markdown results with every field the report relies on."""
+import importlib.util
 import json
 import socket
 import subprocess
@@ -12,7 +13,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_ops.py"
 
 ROW_KEYS = {
     "op", "shape", "label", "dtype", "tf32", "mode", "device", "threads", "memory_only", "status",
-    "ms", "relerr", "tolerance", "peak_mem_MiB", "skipped", "compile_s", "reps", "input_sets",
+    "ms", "relerr", "tolerance", "peak_mem_MiB", "skipped", "compile_s", "reps", "calls_per_rep", "input_sets",
     "flops", "bytes", "flop_floor_ms", "byte_floor_ms", "floor_ms", "bound", "pct_of_floor",
     "best_competitor", "hypatia_vs_best", "hypatia_vs_eager", "baseline_eager_ms", "eager_vs_baseline",
 }
@@ -55,6 +56,7 @@ def test_rows_cover_ops_modes_and_competitors(results):
         assert row["hypatia_vs_eager"] == pytest.approx(row["ms"]["eager"] / row["ms"]["hypatia"])
         assert 0 < row["flop_floor_ms"] <= row["floor_ms"] and row["byte_floor_ms"] <= row["floor_ms"]
         assert row["peak_mem_MiB"]["hypatia"] > 0
+        assert set(row["calls_per_rep"].values()) == {1}  # the CPU times each call on its own
 
 
 def test_memory_only_row(results):
@@ -67,3 +69,18 @@ def test_memory_only_row(results):
 def test_no_hostname_in_results(results):
     text = (results / "results.json").read_text()
     assert f'"{socket.gethostname()}"' not in text
+
+
+def test_bursts_call_each_index_once_and_report_ms_per_call():
+    spec = importlib.util.spec_from_file_location("bench_ops", SCRIPT)
+    bench_ops = importlib.util.module_from_spec(spec)
+    sys.modules["bench_ops"] = bench_ops  # its dataclasses look their module up there
+    spec.loader.exec_module(bench_ops)
+    called = []
+    times = bench_ops.timed_run(called.append, first=6, count=4, device="cpu", burst=3)
+    assert called == list(range(6, 18)) and len(times) == 4 and all(t >= 0 for t in times)
+    # CUDA bursts last about BURST_S, one call at least and MAX_BURST at most; the CPU's are 1 call
+    assert bench_ops.burst_size(bench_ops.BURST_S / 10, "cuda") == 10
+    assert bench_ops.burst_size(1.0, "cuda") == 1
+    assert bench_ops.burst_size(1e-9, "cuda") == bench_ops.MAX_BURST
+    assert bench_ops.burst_size(1e-9, "cpu") == 1
