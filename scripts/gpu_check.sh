@@ -38,6 +38,9 @@ if [ "$phase" = all ] || [ "$phase" = tests ]; then
   log="$out/gpu_check.log"
   header "Hypatia Ops GPU check" >"$log"
   cat "$log"
+  # Four pytest processes share the GPU (every test checks results, none times): the suite then
+  # fits one device call. Serial where pytest-xdist is missing.
+  if python3 -c 'import xdist' 2>/dev/null; then export HYPATIA_TEST_WORKERS="${HYPATIA_TEST_WORKERS:-4}"; fi
   bash "$root/scripts/run_tests.sh" -DCMAKE_CUDA_ARCHITECTURES=90 2>&1 | tee -a "$log"
   tests_rc=${PIPESTATUS[0]}
   echo "tests exit code: $tests_rc" | tee -a "$log"
