@@ -58,9 +58,10 @@ struct BackwardGemms {
       const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
 };
 // Eager's ReLU backward of grad2d [M, K] on the saved ReLU output (threshold_backward at 0) and,
-// when bias_grad, its sum over rows: relu_input_grad's second half, in ATen ops.
+// when bias_grad, its sum over rows: relu_input_grad's second half, in ATen ops. grad2d is the
+// caller's temporary (a GEMM's output) and is overwritten unless autograd records the call.
 std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
-    const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
+    at::Tensor grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 // ATen ops, so differentiable.
 extern const BackwardGemms aten_gemms;
 #ifdef HYPATIA_WITH_CUDA
