@@ -1,6 +1,8 @@
 // fused_mlp for narrow layers (every width a multiple of 16, at most 128; half or bfloat16): the
 // forward as ONE kernel, the backward as one too where every layer's fp32 weight-gradient sums fit
-// in shared memory beside the weights (else the layers that do not fit go to a second kernel).
+// in shared memory beside the weights (else the layers that do not fit go to a second kernel; the
+// two run over the rows in chunks where the gradients handed between them would outgrow one layer's
+// output).
 // Every forward and backward CTA copies all layers' weights into shared memory once; each warp then
 // walks tiles of 16 * kMT rows and keeps a tile's activations in registers from layer to layer: the
 // fp32 accumulator fragment of mma.m16n8k16, rounded to the storage dtype as eager rounds each
@@ -86,6 +88,7 @@ struct BackwardParams {
   unsigned relu_mask;
   int64_t rows;
   int64_t tiles;
+  bool finalize;                  // the last launch over the rows: its last CTA rounds the sums
 };
 
 // The weight gradients that the backward kernel does not sum, dW_l = G_l.T @ H_l over all rows, in
@@ -103,6 +106,7 @@ struct WgradParams {
   int chunks;                    // CTAs per layer
   int64_t rows;
   int64_t rows_per_chunk;        // a multiple of kWgradRows
+  bool finalize;                 // the last launch over the rows: each layer's last CTA rounds its sums
   int stage_bytes;               // one pipeline stage in shared memory: the G rows, then the H rows
 };
 
@@ -577,8 +581,8 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   if (p.bias_grad_floats == 0 && p.wgrad_floats == 0) {
     return;
   }
-  // Every CTA adds its sums; the last one to finish rounds the totals into the outputs (so that no
-  // further kernel, or op per layer, is needed for them).
+  // Every CTA adds its sums; in the last launch over the rows, the last CTA to finish rounds the
+  // totals into the outputs (so that no further kernel, or op per layer, is needed for them).
   __shared__ bool last;
   __syncthreads();
   for (int i = threadIdx.x; i < p.bias_grad_floats; i += kThreads) {
@@ -599,7 +603,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned* done = reinterpret_cast<unsigned*>(p.bias_grad + p.bias_grad_floats);
-    last = atomicAdd(done, 1u) == gridDim.x - 1;
+    last = p.finalize && atomicAdd(done, 1u) == gridDim.x - 1;
   }
   __syncthreads();
   if (last) {
@@ -705,13 +709,13 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid
       add_tile_to_sums(sums, K, tile / (K / 8), tile % (K / 8), acc[i], lane);
     }
   }
-  // The layer's last CTA to finish rounds its total.
+  // In the last launch over the rows, the layer's last CTA to finish rounds its total.
   __shared__ bool last;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned* done = reinterpret_cast<unsigned*>(p.sums + p.total) + l;
-    last = atomicAdd(done, 1u) == unsigned(p.chunks) - 1;
+    last = p.finalize && atomicAdd(done, 1u) == unsigned(p.chunks) - 1;
   }
   __syncthreads();
   if (last) {
@@ -831,6 +835,26 @@ std::optional<Layers> narrow_layers(
   }
   width = widest <= 64 ? Width::k64 : Width::k128;
   return layers;
+}
+
+// Rows per launch of the backward (and wgrad) kernel. The masked output gradients that the backward
+// kernel hands to the wgrad kernel take grad_pre_width elements a row: where that is more than the
+// widest layer, the rows go in chunks that keep them no larger than one output of that layer, as
+// eager's backward holds a layer's gradients at a time. A chunk is at least one full grid of the
+// persistent backward kernel (wave_rows), so that no launch leaves SMs idle, and a whole number of
+// the wgrad kernel's stages.
+int64_t backward_chunk_rows(int64_t rows, int64_t grad_pre_width, int widest, int64_t wave_rows) {
+  if (grad_pre_width <= widest) {
+    return rows;
+  }
+  const int64_t budget_rows = (rows * widest + grad_pre_width - 1) / grad_pre_width;
+  const int64_t chunk = (std::max(budget_rows, wave_rows) + kWgradRows - 1) / kWgradRows * kWgradRows;
+  return std::min(chunk, rows);
+}
+
+// The address of row `row` of a dense 2-D tensor.
+void* row_address(const at::Tensor& t, int64_t row) {
+  return static_cast<char*>(t.data_ptr()) + row * t.size(1) * t.element_size();
 }
 
 }  // namespace
@@ -989,17 +1013,23 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     return std::nullopt;
   }
 
+  const int sms = prop.multiProcessorCount;
+  const void* backward_kernel = reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width));
+  const int64_t wave_rows = int64_t(blocks_per_sm(backward_kernel, kThreads, device, smem_bytes)) * sms * kWarps * 16 *
+      BackwardKernel<__half, 64>::kMT;
+
   // [grad_weights..., grad_biases (present ones)..., grad_input]: what fused_mlp_backward returns,
   // each its own tensor. With no rows no kernel runs, and the parameter gradients are zeros.
   auto new_grad = [&](at::IntArrayRef shape) { return rows > 0 ? at::empty(shape, options) : at::zeros(shape, options); };
   std::vector<at::Tensor> grads;
   at::Tensor grad_pre, sums;  // live until the kernels are queued
   int wgrad_layers = 0;       // summed by the wgrad kernel
+  int64_t chunk_rows = rows;
   if (params_grad) {
-    // The masked output gradients that the wgrad kernel reads go to one buffer (the last layer's,
-    // without ReLU, is grad_out itself).
-    std::vector<int64_t> grad_pre_offset(count, -1);
-    int64_t grad_pre_elems = 0;
+    // The masked output gradients that the wgrad kernel reads go to one buffer, a chunk of rows
+    // tall (the last layer's, without ReLU, is grad_out itself).
+    std::vector<int64_t> grad_pre_column(count, -1);
+    int64_t grad_pre_width = 0;
     for (int l = 0; l < count; ++l) {
       grads.push_back(new_grad({layers->width[l + 1], layers->width[l]}));
       w.out[l] = p.wgrad_out[l] = grads.back().data_ptr();
@@ -1008,8 +1038,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
       if (p.wgrad_smem_offset[l] < 0) {
         w.layer[wgrad_layers++] = l;
         if ((p.relu_mask >> l) & 1u) {
-          grad_pre_offset[l] = grad_pre_elems;
-          grad_pre_elems += rows * layers->width[l + 1];
+          grad_pre_column[l] = grad_pre_width;
+          grad_pre_width += layers->width[l + 1];
         }
       }
     }
@@ -1019,13 +1049,12 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
         p.bias_grad_out[l] = grads.back().data_ptr();
       }
     }
-    grad_pre = at::empty({grad_pre_elems}, options);
+    chunk_rows = backward_chunk_rows(rows, grad_pre_width, widest, wave_rows);
+    grad_pre = at::empty({chunk_rows * grad_pre_width}, options);
     for (int l = 0; l < count; ++l) {
-      if (grad_pre_offset[l] >= 0) {
-        p.grad_pre[l] = static_cast<char*>(grad_pre.data_ptr()) + grad_pre_offset[l] * elem;
+      if (grad_pre_column[l] >= 0) {
+        p.grad_pre[l] = static_cast<char*>(grad_pre.data_ptr()) + chunk_rows * grad_pre_column[l] * elem;
       }
-      w.g[l] = p.grad_pre[l] != nullptr ? p.grad_pre[l] : grad_out2d.data_ptr();
-      w.h[l] = l == 0 ? input2d.data_ptr() : outputs2d[l - 1].data_ptr();
     }
     // The CTAs' fp32 sums of both kernels with their done-counters, zeroed.
     sums = at::zeros({w.total + count + p.bias_grad_floats + 1}, options.dtype(at::kFloat));
@@ -1035,26 +1064,45 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   at::Tensor grad_input;
   if (input_grad) {
     grad_input = at::empty({rows, layers->width[0]}, options);
-    p.grad_input = grad_input.data_ptr();
   }
-  p.grad_out = grad_out2d.data_ptr();
-  p.x = input2d.data_ptr();
-  p.rows = w.rows = rows;
 
   const c10::cuda::CUDAGuard device_guard(input2d.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
-  if (rows > 0) {
-    if (!launch_instance<BackwardKernel>(input2d.scalar_type(), width, p, smem_bytes, device, stream)) {
-      return std::nullopt;
+  for (int64_t row0 = 0; row0 < rows; row0 += chunk_rows) {
+    BackwardParams chunk = p;
+    chunk.rows = std::min(chunk_rows, rows - row0);
+    chunk.finalize = row0 + chunk.rows == rows;
+    chunk.grad_out = row_address(grad_out2d, row0);
+    chunk.x = row_address(input2d, row0);
+    for (int l = 0; l < count; ++l) {
+      if (chunk.out[l] != nullptr) {
+        chunk.out[l] = row_address(outputs2d[l], row0);
+      }
+    }
+    chunk.grad_input = input_grad ? row_address(grad_input, row0) : nullptr;
+    if (!launch_instance<BackwardKernel>(input2d.scalar_type(), width, chunk, smem_bytes, device, stream)) {
+      TORCH_CHECK(
+          row0 == 0, "hypatia: narrow_mlp_backward_cuda: the backward kernel cannot run on this device, but its "
+          "launch over the first rows did");
+      return std::nullopt;  // the per-layer path instead
     }
     if (wgrad_layers > 0) {
+      WgradParams wchunk = w;
+      wchunk.rows = chunk.rows;
+      wchunk.finalize = chunk.finalize;
+      for (int i = 0; i < wgrad_layers; ++i) {
+        const int l = w.layer[i];
+        wchunk.g[l] = p.grad_pre[l] != nullptr ? p.grad_pre[l] : row_address(grad_out2d, row0);
+        wchunk.h[l] = row_address(l == 0 ? input2d : outputs2d[l - 1], row0);
+      }
       // Enough CTAs per layer to fill the device about twice, each a whole number of stages.
-      const int64_t stages = (rows + kWgradRows - 1) / kWgradRows;
-      w.chunks = static_cast<int>(std::clamp<int64_t>(2 * prop.multiProcessorCount / wgrad_layers, 1, stages));
-      w.rows_per_chunk = (stages + w.chunks - 1) / w.chunks * kWgradRows;
+      const int64_t stages = (wchunk.rows + kWgradRows - 1) / kWgradRows;
+      wchunk.chunks = static_cast<int>(std::clamp<int64_t>(2 * sms / wgrad_layers, 1, stages));
+      wchunk.rows_per_chunk = (stages + wchunk.chunks - 1) / wchunk.chunks * kWgradRows;
       const auto kernel = kernel_of<WgradKernel>(input2d.scalar_type(), width);
       TORCH_CHECK(
-          launch(kernel, w, int64_t(wgrad_layers) * w.chunks, /*persistent=*/false, wgrad_smem_bytes, device, stream),
+          launch(kernel, wchunk, int64_t(wgrad_layers) * wchunk.chunks, /*persistent=*/false, wgrad_smem_bytes, device,
+                 stream),
           "hypatia: narrow_mlp_backward_cuda: the weight-gradient kernel cannot run on this device, but the "
           "backward kernel just did");
     }

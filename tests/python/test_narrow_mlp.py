@@ -225,3 +225,34 @@ def test_training_runs_the_narrow_kernels(widths, wgrad_kernel):
     # No ATen GEMM, ReLU-backward or sum kernels: the masks, GEMMs and sums are all in the kernels above.
     assert not any("at::native" in n and ("threshold" in n or "reduce_kernel" in n) for n in names), names
     assert not any(k in n.lower() for k in ("gemm", "cutlass", "nvjet") for n in names), names
+
+
+@pytest.mark.skipif(NARROW_DISABLED, reason="HYPATIA_DISABLE_NARROW_MLP is set")
+def test_training_peak_memory_near_eager():
+    # 8 layers of 64 at 262144 rows: the masked gradients that the backward kernel hands to the
+    # weight-gradient kernel (7 layers' worth a row) go in chunks of rows no larger than one layer's
+    # output, so the peak stays within one such output of eager's (the whole batch's would add 7).
+    # Gradients over several chunks, the last a short one, are checked in test_mlp_training.py
+    # (65536 rows).
+    torch.manual_seed(12)
+    rows, widths = 262144, [64] * 9
+    x = torch.randn(rows, 64, device="cuda").to(torch.bfloat16).requires_grad_()
+    ws, bs = make_mlp(widths, torch.bfloat16, device="cuda")
+    for p in ws + bs:
+        p.requires_grad_()
+    gout = torch.randn(rows, 64, device="cuda").to(torch.bfloat16)
+
+    def peak(fn):
+        torch.autograd.grad(fn(), [x] + ws + bs, gout)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        grads = torch.autograd.grad(fn(), [x] + ws + bs, gout)
+        torch.cuda.synchronize()
+        del grads
+        return torch.cuda.max_memory_allocated() - base
+
+    eager = peak(lambda: eager_mlp(x, ws, bs, False))
+    ours = peak(lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, False))
+    layer_output = rows * 64 * x.element_size()
+    assert ours <= eager + layer_output, (ours / 2**20, eager / 2**20)
