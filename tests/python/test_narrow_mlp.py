@@ -230,10 +230,10 @@ def test_training_runs_the_narrow_kernels(widths, wgrad_kernel):
 @pytest.mark.skipif(NARROW_DISABLED, reason="HYPATIA_DISABLE_NARROW_MLP is set")
 def test_training_peak_memory_near_eager():
     # 8 layers of 64 at 262144 rows: the masked gradients that the backward kernel hands to the
-    # weight-gradient kernel (7 layers' worth a row) go in chunks of rows no larger than one layer's
-    # output, so the peak stays within one such output of eager's (the whole batch's would add 7).
-    # Gradients over several chunks, the last a short one, are checked in test_mlp_training.py
-    # (65536 rows).
+    # weight-gradient kernel (7 layers' worth a row) go in chunks of rows near one layer's output
+    # (rounded up to whole grids of the backward kernel: on the H100, 1.8 outputs' worth), so the peak
+    # stays within two such outputs of eager's (the whole batch's would add 7). Gradients over several
+    # chunks, the last a short one, are checked in test_mlp_training.py (65536 rows).
     torch.manual_seed(12)
     rows, widths = 262144, [64] * 9
     x = torch.randn(rows, 64, device="cuda").to(torch.bfloat16).requires_grad_()
@@ -255,4 +255,4 @@ def test_training_peak_memory_near_eager():
     eager = peak(lambda: eager_mlp(x, ws, bs, False))
     ours = peak(lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, False))
     layer_output = rows * 64 * x.element_size()
-    assert ours <= eager + layer_output, (ours / 2**20, eager / 2**20)
+    assert ours <= eager + 2 * layer_output, (ours / 2**20, eager / 2**20)
