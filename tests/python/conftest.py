@@ -57,6 +57,20 @@ TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2, to
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+def training_peak_bytes(forward, leaves, gout):
+    """CUDA bytes the caching allocator hands out above the level before one forward+backward
+    (torch.autograd.grad of forward() w.r.t. leaves), at its peak; after a first call, which
+    autotunes."""
+    torch.autograd.grad(forward(), leaves, gout)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    grads = torch.autograd.grad(forward(), leaves, gout)
+    torch.cuda.synchronize()
+    del grads
+    return torch.cuda.max_memory_allocated() - base
+
+
 def make_mlp(widths, dtype, bias_pattern="all", *, device):
     """Random layers; bias_pattern: 'all', 'none' or 'mixed' (None on odd layers)."""
     ws, bs = [], []

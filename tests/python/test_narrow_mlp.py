@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TOLERANCE, eager_mlp, make_mlp, rel_error, requires_cuda
+from conftest import TOLERANCE, eager_mlp, make_mlp, rel_error, requires_cuda, training_peak_bytes
 
 pytestmark = requires_cuda
 
@@ -242,17 +242,7 @@ def test_training_peak_memory_near_eager():
         p.requires_grad_()
     gout = torch.randn(rows, 64, device="cuda").to(torch.bfloat16)
 
-    def peak(fn):
-        torch.autograd.grad(fn(), [x] + ws + bs, gout)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        grads = torch.autograd.grad(fn(), [x] + ws + bs, gout)
-        torch.cuda.synchronize()
-        del grads
-        return torch.cuda.max_memory_allocated() - base
-
-    eager = peak(lambda: eager_mlp(x, ws, bs, False))
-    ours = peak(lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, False))
+    eager = training_peak_bytes(lambda: eager_mlp(x, ws, bs, False), [x] + ws + bs, gout)
+    ours = training_peak_bytes(lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, False), [x] + ws + bs, gout)
     layer_output = rows * 64 * x.element_size()
     assert ours <= eager + 2 * layer_output, (ours / 2**20, eager / 2**20)
