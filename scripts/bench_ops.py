@@ -343,8 +343,9 @@ def warm_up(call, n_sets: int, device: str, budget: Budget, per_call_s: float | 
 
 
 # CUDA: events go around bursts of back-to-back calls that last about this long, not around each
-# call. Recording an event pair costs the host several microseconds (~10 on the lent H100's host),
-# which a call bound by its own host time would otherwise be charged on top of that time.
+# call. Recording an event pair costs the host time, which a call bound by its own host time would
+# be charged on top of it: on the lent H100, per-call events timed the narrow 2-layer MLP forward
+# 12-26 us a call slower than bursts (docs/perf/2026-11-24-h100-caba26f/burst_ab.log).
 BURST_S = 5e-4
 MAX_BURST = 64
 
