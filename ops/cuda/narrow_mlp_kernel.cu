@@ -978,14 +978,14 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   p.act_stride = widest + kPad;
   p.warp_bytes = static_cast<int>(2 * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
   const int64_t buffer_bytes = int64_t(kWarps) * p.warp_bytes;
+  const void* backward_kernel = reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width));
   if (params_grad) {
     // Summing a layer's weight gradient here costs two CTA-wide barriers per chunk, which only a
     // second CTA on the SM hides: with one, the wgrad kernel is faster (8 layers of 64, 128 wide;
     // docs/perf/2026-11-23-h100-fused-wgrad/). So layers are summed here while two CTAs still fit.
     constexpr int64_t kStaticSmem = 128;  // the kernel's own __shared__ flag, with room to spare
     const int64_t base = int64_t(offset + 127) / 128 * 128 + buffer_bytes + kStaticSmem;
-    const void* kernel = reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width));
-    if (blocks_per_sm(kernel, kThreads, device, size_t(base)) >= 2) {
+    if (blocks_per_sm(backward_kernel, kThreads, device, size_t(base)) >= 2) {
       int64_t room = std::min<int64_t>(
           int64_t(prop.sharedMemPerMultiprocessor) / 2 - int64_t(prop.reservedSharedMemPerBlock),
           int64_t(prop.sharedMemPerBlockOptin)) - base;
@@ -1014,9 +1014,6 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   }
 
   const int sms = prop.multiProcessorCount;
-  const void* backward_kernel = reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width));
-  const int64_t wave_rows = int64_t(blocks_per_sm(backward_kernel, kThreads, device, smem_bytes)) * sms * kWarps * 16 *
-      BackwardKernel<__half, 64>::kMT;
 
   // [grad_weights..., grad_biases (present ones)..., grad_input]: what fused_mlp_backward returns,
   // each its own tensor. With no rows no kernel runs, and the parameter gradients are zeros.
@@ -1049,6 +1046,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
         p.bias_grad_out[l] = grads.back().data_ptr();
       }
     }
+    const int64_t wave_rows = int64_t(blocks_per_sm(backward_kernel, kThreads, device, smem_bytes)) * sms * kWarps *
+        16 * BackwardKernel<__half, 64>::kMT;
     chunk_rows = backward_chunk_rows(rows, grad_pre_width, widest, wave_rows);
     grad_pre = at::empty({chunk_rows * grad_pre_width}, options);
     for (int l = 0; l < count; ++l) {
