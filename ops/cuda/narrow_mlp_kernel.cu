@@ -310,7 +310,10 @@ __device__ __forceinline__ void store_tile(
   __syncwarp();  // `stage` is free again
 }
 
-template <typename T, int kW, int kMT>
+// kUniform: every layer is kW wide. The widths are then compile-time constants: the fragment loops
+// run unpredicated, and the compiler interleaves their shared-memory loads with the mmas (the
+// H100's kernel times: docs/perf/2026-11-24-h100-uniform-widths/).
+template <typename T, int kW, int kMT, bool kUniform>
 __global__ void __launch_bounds__(kThreads) narrow_mlp_forward_kernel(const __grid_constant__ ForwardParams p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // bf16 mma and cp.async need sm_80; the host never launches below
   constexpr int kRows = 16 * kMT;
@@ -320,7 +323,9 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_forward_kernel(const __gr
   // One per warp (not two, prefetching) leaves room for twice the warps, which hide the loads better.
   T* const act = reinterpret_cast<T*>(smem + p.warp_offset + warp * p.warp_bytes);
   const T* x = static_cast<const T*>(p.x);
-  const int L = p.layers.count, k0 = p.layers.width[0];
+  const int L = p.layers.count;
+  auto wid = [&](int l) { return kUniform ? kW : p.layers.width[l]; };
+  const int k0 = wid(0);
   const int64_t tile_step = int64_t(gridDim.x) * kWarps;
   int64_t tile = int64_t(blockIdx.x) * kWarps + warp;
 
@@ -345,7 +350,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_forward_kernel(const __gr
     Frags<kW, kMT> a;
     tile_to_frags<T, kW, kMT>(a, act, p.act_stride, k0, lane);
     for (int l = 0; l < L; ++l) {
-      const int K = p.layers.width[l], N = p.layers.width[l + 1];
+      const int K = wid(l), N = wid(l + 1);
       forward_layer<T, kW, kMT>(
           a, reinterpret_cast<const T*>(smem + p.layers.weight_offset[l]), K + kPad,
           reinterpret_cast<const float*>(smem + p.bias_offset[l]), K, N, (p.relu_mask >> l) & 1u, lane);
@@ -462,8 +467,10 @@ __device__ __forceinline__ void dgrad_layer(Frags<kW, kMT>& a, const T* w, int l
 // (docs/perf/2026-11-23-h100-fused-wgrad/ab-ring.log). The warps of a CTA take kWarps consecutive
 // tiles (a chunk) together: a layer's weight gradient is summed over all of them at once, from
 // every warp's `stage` (G, the layer's masked output gradient) and `in` (H, its input).
-template <typename T, int kW, int kMT>
-__global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __grid_constant__ BackwardParams p) {
+// kUniform as in the forward. Two CTAs per SM where kW is 64: the interleaved loads and mmas of the
+// uniform instance would otherwise take more registers than two CTAs can have.
+template <typename T, int kW, int kMT, bool kUniform>
+__global__ void __launch_bounds__(kThreads, kW == 64 ? 2 : 1) narrow_mlp_backward_kernel(const __grid_constant__ BackwardParams p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kRows = 16 * kMT;
   constexpr int kTilesPerWarp = (kW / 16) * (kW / 8) / kWarps;  // of the widest dW's 16x8 tiles
@@ -484,6 +491,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
 
   const int L = p.layers.count;
   const int* width = p.layers.width;
+  auto wid = [&](int l) { return kUniform ? kW : width[l]; };
   auto weight = [&](int l) { return reinterpret_cast<const T*>(smem + p.layers.weight_offset[l]); };
   // Rows [row0, row0 + kRows) of src [rows, N] into `in`, once every lane is done with it.
   auto fetch = [&](const void* src, int N, int64_t row0) {
@@ -497,8 +505,7 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   };
   // Layer l's output gradient in `a`, masked already: sum it for the bias gradient, and keep it for
   // the weight gradient (in `stage` where it is summed here, else in grad_pre).
-  auto finish_layer = [&](const Frags<kW, kMT>& a, int l, int64_t row0) {
-    const int N = width[l + 1];
+  auto finish_layer = [&](const Frags<kW, kMT>& a, int l, int N, int64_t row0) {
     if (p.wgrad_smem_offset[l] >= 0) {
       frags_to_tile<T, kW, kMT>(a, stage, p.act_stride, N, lane);
     } else if (p.grad_pre[l] != nullptr) {
@@ -511,8 +518,8 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   // This warp's tiles of dW_l += G.T @ H over the chunk, into the CTA's sums.
   const unsigned buffers = static_cast<unsigned>(__cvta_generic_to_shared(smem + p.warp_offset));
   const unsigned stage_bytes = kRows * p.act_stride * sizeof(T);
-  auto sum_weight_grad = [&](int l) {
-    const int N = width[l + 1], K = width[l], tiles = (N / 16) * (K / 8);
+  auto sum_weight_grad = [&](int l, int N, int K) {
+    const int tiles = (N / 16) * (K / 8);
     float4* sums = reinterpret_cast<float4*>(wgrad_sums + p.wgrad_smem_offset[l]);
 #pragma unroll
     for (int i = 0; i < kTilesPerWarp; ++i) {
@@ -537,44 +544,44 @@ __global__ void __launch_bounds__(kThreads) narrow_mlp_backward_kernel(const __g
   for (int64_t first = int64_t(blockIdx.x) * kWarps; first < p.tiles; first += int64_t(gridDim.x) * kWarps) {
     const int64_t row0 = (first + warp) * kRows;  // past the end for some warps of the last CTA: all zeros
     Frags<kW, kMT> a, h;
-    fetch(p.grad_out, width[L], row0);
+    fetch(p.grad_out, wid(L), row0);
     arrive();
-    tile_to_frags<T, kW, kMT>(a, in, p.act_stride, width[L], lane);
+    tile_to_frags<T, kW, kMT>(a, in, p.act_stride, wid(L), lane);
     if ((p.relu_mask >> (L - 1)) & 1u) {
-      fetch(p.out[L - 1], width[L], row0);
+      fetch(p.out[L - 1], wid(L), row0);
       arrive();
-      tile_to_frags<T, kW, kMT>(h, in, p.act_stride, width[L], lane);
-      apply_relu_mask<T, kW, kMT>(a, h, width[L]);
+      tile_to_frags<T, kW, kMT>(h, in, p.act_stride, wid(L), lane);
+      apply_relu_mask<T, kW, kMT>(a, h, wid(L));
     }
     for (int l = L - 1;; --l) {
       // `a` holds layer l's output gradient, masked.
       const bool here = p.wgrad_smem_offset[l] >= 0;
-      finish_layer(a, l, row0);
+      finish_layer(a, l, wid(l + 1), row0);
       const bool input = l > 0 || here;  // layer l's input tile: the next mask, and H
       if (input) {
-        fetch(l > 0 ? p.out[l - 1] : p.x, width[l], row0);
+        fetch(l > 0 ? p.out[l - 1] : p.x, wid(l), row0);
       }
       if (l > 0 || p.grad_input != nullptr) {
-        dgrad_layer<T, kW, kMT>(a, weight(l), width[l] + kPad, width[l], width[l + 1], lane);
+        dgrad_layer<T, kW, kMT>(a, weight(l), wid(l) + kPad, wid(l), wid(l + 1), lane);
       }
       if (input) {
         arrive();
         if (l > 0) {
-          tile_to_frags<T, kW, kMT>(h, in, p.act_stride, width[l], lane);
+          tile_to_frags<T, kW, kMT>(h, in, p.act_stride, wid(l), lane);
         }
       }
       if (here) {
         __syncthreads();  // every warp's G and H are in place
-        sum_weight_grad(l);
+        sum_weight_grad(l, wid(l + 1), wid(l));
         __syncthreads();  // ... and read: `in` and `stage` may be refilled
       }
       if (l == 0) {
         break;
       }
-      apply_relu_mask<T, kW, kMT>(a, h, width[l]);  // a ReLU follows every layer but the last
+      apply_relu_mask<T, kW, kMT>(a, h, wid(l));  // a ReLU follows every layer but the last
     }
     if (p.grad_input != nullptr) {
-      store_tile<T, kW, kMT>(a, stage, p.act_stride, static_cast<T*>(p.grad_input), width[0], row0, p.rows, true, lane);
+      store_tile<T, kW, kMT>(a, stage, p.act_stride, static_cast<T*>(p.grad_input), wid(0), row0, p.rows, true, lane);
     }
   }
 
@@ -749,27 +756,37 @@ bool launch(void (*kernel)(Params), const Params& p, int64_t ctas, bool persiste
 // The instances of the forward and backward kernels: kW is the widest layer they hold in
 // registers, kMT the 16-row blocks of a warp's tile. The forward takes two where it can (each
 // weight fragment read feeds two mmas); the memory-bound backward takes one, for the registers
-// that two CTAs per SM need.
+// that two CTAs per SM need. by_uniform[u]: the instance for layers all kW wide (u) or not.
 enum class Width { k64, k128 };
 constexpr int forward_mt(Width width) { return width == Width::k64 ? 2 : 1; }
 
 template <typename T, int kW>
 struct ForwardKernel {
   static constexpr int kMT = forward_mt(kW == 64 ? Width::k64 : Width::k128);
-  static constexpr void (*fn)(ForwardParams) = narrow_mlp_forward_kernel<T, kW, kMT>;
+  static constexpr void (*by_uniform[2])(ForwardParams) = {
+      narrow_mlp_forward_kernel<T, kW, kMT, false>, narrow_mlp_forward_kernel<T, kW, kMT, true>};
 };
 template <typename T, int kW>
 struct BackwardKernel {
   static constexpr int kMT = 1;
-  static constexpr void (*fn)(BackwardParams) = narrow_mlp_backward_kernel<T, kW, kMT>;
+  static constexpr void (*by_uniform[2])(BackwardParams) = {
+      narrow_mlp_backward_kernel<T, kW, kMT, false>, narrow_mlp_backward_kernel<T, kW, kMT, true>};
 };
+
+// Whether every width of the layers is the instance's (the widest).
+bool uniform_widths(const Layers& layers, Width width) {
+  const int kw = width == Width::k64 ? 64 : 128;
+  return std::all_of(layers.width, layers.width + layers.count + 1, [kw](int w) { return w == kw; });
+}
 
 // Sets p.tiles for the instance's tile height and launches a persistent grid of it.
 template <typename Instance, typename Params>
-bool launch_tiles(Params p, size_t smem_bytes, int device, cudaStream_t stream) {
+bool launch_tiles(Params p, bool uniform, size_t smem_bytes, int device, cudaStream_t stream) {
   constexpr int rows_per_tile = 16 * Instance::kMT;
   p.tiles = (p.rows + rows_per_tile - 1) / rows_per_tile;
-  return launch(Instance::fn, p, (p.tiles + kWarps - 1) / kWarps, /*persistent=*/true, smem_bytes, device, stream);
+  return launch(
+      Instance::by_uniform[uniform], p, (p.tiles + kWarps - 1) / kWarps, /*persistent=*/true, smem_bytes, device,
+      stream);
 }
 
 template <typename T, int kW>
@@ -786,16 +803,12 @@ auto with_instance(at::ScalarType dtype, Width width, const F& f) {
   return width == Width::k64 ? f(Kernel<__nv_bfloat16, 64>{}) : f(Kernel<__nv_bfloat16, 128>{});
 }
 
-// The instance's kernel function.
-template <template <typename, int> class Kernel>
-auto kernel_of(at::ScalarType dtype, Width width) {
-  return with_instance<Kernel>(dtype, width, [](auto instance) { return decltype(instance)::fn; });
-}
-
 template <template <typename, int> class Kernel, typename Params>
-bool launch_instance(at::ScalarType dtype, Width width, const Params& p, size_t smem_bytes, int device, cudaStream_t stream) {
+bool launch_instance(
+    at::ScalarType dtype, Width width, bool uniform, const Params& p, size_t smem_bytes, int device,
+    cudaStream_t stream) {
   return with_instance<Kernel>(dtype, width, [&](auto instance) {
-    return launch_tiles<decltype(instance)>(p, smem_bytes, device, stream);
+    return launch_tiles<decltype(instance)>(p, uniform, smem_bytes, device, stream);
   });
 }
 
@@ -927,7 +940,8 @@ bool narrow_mlp_forward_cuda(
   p.x = x2d.data_ptr();
   const c10::cuda::CUDAGuard device_guard(x2d.device());
   return launch_instance<ForwardKernel>(
-      x2d.scalar_type(), width, p, smem_bytes, device, at::cuda::getCurrentCUDAStream(device));
+      x2d.scalar_type(), width, uniform_widths(*layers, width), p, smem_bytes, device,
+      at::cuda::getCurrentCUDAStream(device));
 }
 
 std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
@@ -978,7 +992,9 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   p.act_stride = widest + kPad;
   p.warp_bytes = static_cast<int>(2 * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
   const int64_t buffer_bytes = int64_t(kWarps) * p.warp_bytes;
-  const void* backward_kernel = reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width));
+  const bool uniform = uniform_widths(*layers, width);
+  const void* backward_kernel = reinterpret_cast<const void*>(with_instance<BackwardKernel>(
+      input2d.scalar_type(), width, [uniform](auto instance) { return decltype(instance)::by_uniform[uniform]; }));
   if (params_grad) {
     // Summing a layer's weight gradient here costs two CTA-wide barriers per chunk, which only a
     // second CTA on the SM hides: with one, the wgrad kernel is faster (8 layers of 64, 128 wide;
@@ -1079,7 +1095,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
       }
     }
     chunk.grad_input = input_grad ? row_address(grad_input, row0) : nullptr;
-    if (!launch_instance<BackwardKernel>(input2d.scalar_type(), width, chunk, smem_bytes, device, stream)) {
+    if (!launch_instance<BackwardKernel>(input2d.scalar_type(), width, uniform, chunk, smem_bytes, device, stream)) {
       TORCH_CHECK(
           row0 == 0, "hypatia: narrow_mlp_backward_cuda: the backward kernel cannot run on this device, but its "
           "launch over the first rows did");
@@ -1098,7 +1114,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
       const int64_t stages = (wchunk.rows + kWgradRows - 1) / kWgradRows;
       wchunk.chunks = static_cast<int>(std::clamp<int64_t>(2 * sms / wgrad_layers, 1, stages));
       wchunk.rows_per_chunk = (stages + wchunk.chunks - 1) / wchunk.chunks * kWgradRows;
-      const auto kernel = kernel_of<WgradKernel>(input2d.scalar_type(), width);
+      const auto kernel =
+          with_instance<WgradKernel>(input2d.scalar_type(), width, [](auto instance) { return decltype(instance)::fn; });
       TORCH_CHECK(
           launch(kernel, wchunk, int64_t(wgrad_layers) * wchunk.chunks, /*persistent=*/false, wgrad_smem_bytes, device,
                  stream),

@@ -59,7 +59,7 @@ def check_matches(out, x, ws, bs, relu_last):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [1, 7, 64, 1000, 65536])
-@pytest.mark.parametrize("widths", [[64, 64, 64], [64] * 9, [32, 128, 16], [16, 16]])
+@pytest.mark.parametrize("widths", [[64, 64, 64], [64] * 9, [128] * 3, [32, 128, 16], [16, 16]])
 @pytest.mark.parametrize("relu_last", [False, True])
 @pytest.mark.parametrize("bias_pattern", ["all", "none", "mixed"])
 def test_matches_rounded_reference_and_eager(dtype, rows, widths, relu_last, bias_pattern):
