@@ -647,16 +647,15 @@ __device__ __forceinline__ void issue_rows_load(T* dst, const T* __restrict__ sr
   }
 }
 
-// kW: the widest layer; each warp holds its share of that dW's 16x8 tiles in registers. kUniform as
-// in the forward.
-template <typename T, int kW, bool kUniform>
+// kW: the widest layer; each warp holds its share of that dW's 16x8 tiles in registers.
+template <typename T, int kW>
 __global__ void __launch_bounds__(kThreads) narrow_mlp_wgrad_kernel(const __grid_constant__ WgradParams p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kWgradTilesPerWarp = (kW / 16) * (kW / 8) / kWarps;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int l = p.layer[blockIdx.x / p.chunks], chunk = blockIdx.x % p.chunks;
-  const int N = kUniform ? kW : p.width[l + 1], K = kUniform ? kW : p.width[l];
+  const int N = p.width[l + 1], K = p.width[l];
   const int64_t begin = chunk * p.rows_per_chunk, end = min(p.rows, begin + p.rows_per_chunk);
   const T* g = static_cast<const T*>(p.g[l]);
   const T* h = static_cast<const T*>(p.h[l]);
@@ -757,8 +756,7 @@ bool launch(void (*kernel)(Params), const Params& p, int64_t ctas, bool persiste
 // The instances of the forward and backward kernels: kW is the widest layer they hold in
 // registers, kMT the 16-row blocks of a warp's tile. The forward takes two where it can (each
 // weight fragment read feeds two mmas); the memory-bound backward takes one, for the registers
-// that two CTAs per SM need. by_uniform[u] (here and for the wgrad kernel): the instance for
-// layers all kW wide (u) or not.
+// that two CTAs per SM need. by_uniform[u]: the instance for layers all kW wide (u) or not.
 enum class Width { k64, k128 };
 constexpr int forward_mt(Width width) { return width == Width::k64 ? 2 : 1; }
 
@@ -793,8 +791,7 @@ bool launch_tiles(Params p, bool uniform, size_t smem_bytes, int device, cudaStr
 
 template <typename T, int kW>
 struct WgradKernel {
-  static constexpr void (*by_uniform[2])(WgradParams) = {
-      narrow_mlp_wgrad_kernel<T, kW, false>, narrow_mlp_wgrad_kernel<T, kW, true>};
+  static constexpr void (*fn)(WgradParams) = narrow_mlp_wgrad_kernel<T, kW>;
 };
 
 // f(Kernel<T, kW>{}) for the instance of this dtype and width.
@@ -804,13 +801,6 @@ auto with_instance(at::ScalarType dtype, Width width, const F& f) {
     return width == Width::k64 ? f(Kernel<__half, 64>{}) : f(Kernel<__half, 128>{});
   }
   return width == Width::k64 ? f(Kernel<__nv_bfloat16, 64>{}) : f(Kernel<__nv_bfloat16, 128>{});
-}
-
-// The instance's kernel function.
-template <template <typename, int> class Kernel>
-auto kernel_of(at::ScalarType dtype, Width width, bool uniform) {
-  return with_instance<Kernel>(
-      dtype, width, [uniform](auto instance) { return decltype(instance)::by_uniform[uniform]; });
 }
 
 template <template <typename, int> class Kernel, typename Params>
@@ -1003,8 +993,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   p.warp_bytes = static_cast<int>(2 * 16 * BackwardKernel<__half, 64>::kMT * p.act_stride * elem);
   const int64_t buffer_bytes = int64_t(kWarps) * p.warp_bytes;
   const bool uniform = uniform_widths(*layers, width);
-  const void* backward_kernel =
-      reinterpret_cast<const void*>(kernel_of<BackwardKernel>(input2d.scalar_type(), width, uniform));
+  const void* backward_kernel = reinterpret_cast<const void*>(with_instance<BackwardKernel>(
+      input2d.scalar_type(), width, [uniform](auto instance) { return decltype(instance)::by_uniform[uniform]; }));
   if (params_grad) {
     // Summing a layer's weight gradient here costs two CTA-wide barriers per chunk, which only a
     // second CTA on the SM hides: with one, the wgrad kernel is faster (8 layers of 64, 128 wide;
@@ -1124,7 +1114,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
       const int64_t stages = (wchunk.rows + kWgradRows - 1) / kWgradRows;
       wchunk.chunks = static_cast<int>(std::clamp<int64_t>(2 * sms / wgrad_layers, 1, stages));
       wchunk.rows_per_chunk = (stages + wchunk.chunks - 1) / wchunk.chunks * kWgradRows;
-      const auto kernel = kernel_of<WgradKernel>(input2d.scalar_type(), width, uniform);
+      const auto kernel =
+          with_instance<WgradKernel>(input2d.scalar_type(), width, [](auto instance) { return decltype(instance)::fn; });
       TORCH_CHECK(
           launch(kernel, wchunk, int64_t(wgrad_layers) * wchunk.chunks, /*persistent=*/false, wgrad_smem_bytes, device,
                  stream),
