@@ -505,7 +505,8 @@ __global__ void __launch_bounds__(kThreads, kW == 64 ? 2 : 1) narrow_mlp_backwar
   };
   // Layer l's output gradient in `a`, masked already: sum it for the bias gradient, and keep it for
   // the weight gradient (in `stage` where it is summed here, else in grad_pre).
-  auto finish_layer = [&](const Frags<kW, kMT>& a, int l, int N, int64_t row0) {
+  auto finish_layer = [&](const Frags<kW, kMT>& a, int l, int64_t row0) {
+    const int N = wid(l + 1);
     if (p.wgrad_smem_offset[l] >= 0) {
       frags_to_tile<T, kW, kMT>(a, stage, p.act_stride, N, lane);
     } else if (p.grad_pre[l] != nullptr) {
@@ -518,8 +519,8 @@ __global__ void __launch_bounds__(kThreads, kW == 64 ? 2 : 1) narrow_mlp_backwar
   // This warp's tiles of dW_l += G.T @ H over the chunk, into the CTA's sums.
   const unsigned buffers = static_cast<unsigned>(__cvta_generic_to_shared(smem + p.warp_offset));
   const unsigned stage_bytes = kRows * p.act_stride * sizeof(T);
-  auto sum_weight_grad = [&](int l, int N, int K) {
-    const int tiles = (N / 16) * (K / 8);
+  auto sum_weight_grad = [&](int l) {
+    const int N = wid(l + 1), K = wid(l), tiles = (N / 16) * (K / 8);
     float4* sums = reinterpret_cast<float4*>(wgrad_sums + p.wgrad_smem_offset[l]);
 #pragma unroll
     for (int i = 0; i < kTilesPerWarp; ++i) {
@@ -556,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, kW == 64 ? 2 : 1) narrow_mlp_backwar
     for (int l = L - 1;; --l) {
       // `a` holds layer l's output gradient, masked.
       const bool here = p.wgrad_smem_offset[l] >= 0;
-      finish_layer(a, l, wid(l + 1), row0);
+      finish_layer(a, l, row0);
       const bool input = l > 0 || here;  // layer l's input tile: the next mask, and H
       if (input) {
         fetch(l > 0 ? p.out[l - 1] : p.x, wid(l), row0);
@@ -572,7 +573,7 @@ __global__ void __launch_bounds__(kThreads, kW == 64 ? 2 : 1) narrow_mlp_backwar
       }
       if (here) {
         __syncthreads();  // every warp's G and H are in place
-        sum_weight_grad(l, wid(l + 1), wid(l));
+        sum_weight_grad(l);
         __syncthreads();  // ... and read: `in` and `stage` may be refilled
       }
       if (l == 0) {
