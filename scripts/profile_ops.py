@@ -2,7 +2,8 @@
 end) against the GPU kernels it launches (torch.profiler, per kernel name), for fused_mlp or
 fused_linear_relu, forward or forward + backward. A call whose host time exceeds its kernels'
 is bound by launch overhead. HYPATIA_CUBLASLT_LOG=1 adds the cuBLASLt autotuner's timings and
-choices. Example:
+choices; --compare lists the kernels of eager and torch.compile on the same data beside hypatia's.
+Example:
 
     python scripts/profile_ops.py --rows 262144 --widths 64,64,64,64,64,64,64,64,64 --dtype bfloat16
 """
@@ -33,7 +34,7 @@ def host_us_per_call(fn, iters: int, grad: bool = False) -> float:
     return sorted(loops)[2]
 
 
-def host_breakdown(args, forward, x, ws, bs, gout):
+def eager_forward(args, x, ws, bs):
     def eager():
         h = x
         for i, (w, b) in enumerate(zip(ws, bs)):
@@ -41,6 +42,11 @@ def host_breakdown(args, forward, x, ws, bs, gout):
             h = torch.relu(h) if i + 1 < len(ws) or args.op == "linear_relu" else h
         return h
 
+    return eager
+
+
+def host_breakdown(args, forward, x, ws, bs, gout):
+    eager = eager_forward(args, x, ws, bs)
     fns = {"hypatia": forward, "eager": eager}
     if args.op == "linear_relu":
         fns["addmm_act"] = lambda: torch._addmm_activation(bs[0], x, ws[0].t())
@@ -82,6 +88,8 @@ def main():
     p.add_argument("--host", action="store_true",
                    help="also: host time per call of hypatia, eager and (linear_relu) _addmm_activation, forward "
                         "and forward + backward, and of the backward's parts")
+    p.add_argument("--compare", action="store_true",
+                   help="also profile eager and torch.compile (default mode) on the same data")
     args = p.parse_args()
     dtype = getattr(torch, args.dtype)
     widths = [int(w) for w in args.widths.split(",")]
@@ -95,24 +103,36 @@ def main():
     else:
         forward = lambda: hypatia_ops.fused_linear_relu(x, ws[0], bs[0])  # noqa: E731
 
+    if args.host:
+        host_breakdown(args, forward, x, ws, bs, gout)
+    contenders = [("hypatia", forward)]
+    if args.compare:
+        eager = eager_forward(args, x, ws, bs)
+        contenders += [("eager", eager), ("compile", torch.compile(eager, dynamic=False))]
+    for who, model in contenders:
+        profile_kernels(f"{who} {args.op} {args.rows}x{args.widths} {args.dtype}", model, [x] + ws + bs, gout,
+                        args.iters)
+
+
+def profile_kernels(title: str, forward, params, gout, iters: int):
+    """Time per call of `forward` (no grad) and of forward + backward, calls back to back, and the
+    GPU kernels of each, per kernel name."""
     def fwd():
         with torch.no_grad():
             forward()
 
     def fwd_bwd():
-        torch.autograd.grad(forward(), [x] + ws + bs, gout)
+        torch.autograd.grad(forward(), params, gout)
 
-    if args.host:
-        host_breakdown(args, forward, x, ws, bs, gout)
     for name, fn in [("fwd", fwd), ("fwd+bwd", fwd_bwd)]:
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for _ in range(args.iters):
+        for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-        loop_ms = (time.perf_counter() - start) / args.iters * 1e3
+        loop_ms = (time.perf_counter() - start) / iters * 1e3
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(10):
                 fn()
@@ -122,8 +142,8 @@ def main():
              if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0),
             reverse=True)
         total = sum(k[0] for k in kernels)
-        print(f"== {args.op} {args.rows}x{args.widths} {args.dtype} {name}: {loop_ms * 1e3:.1f} us per call "
-              f"(calls back to back), GPU kernels {total:.1f} us per call")
+        print(f"== {title} {name}: {loop_ms * 1e3:.1f} us per call (calls back to back), "
+              f"GPU kernels {total:.1f} us per call")
         for us, count, key in kernels:
             print(f"  {us:8.1f} us  x{count:g}  {key[:100]}")
 
