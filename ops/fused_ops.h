@@ -155,6 +155,13 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
 void pack_relu_mask_cuda(const at::Tensor& out2d, at::Tensor& bits);
 // The gradient through the ReLU: grad [*, N] where the mask bit is set, 0 elsewhere.
 at::Tensor relu_mask_backward_cuda(const at::Tensor& grad, const at::Tensor& mask);
+// In place over grad2d [M, K] (dense): eager's ReLU backward on the saved ReLU output relu_out2d
+// [M, K] (threshold_backward at 0) and, where `sums` [K] is defined, grad2d's sums over rows after
+// it (the bias gradient; accumulated in float, double for double, and rounded once), in one pass
+// (ops/cuda/relu_backward_sums_kernel.cu).
+void relu_backward_cuda_(at::Tensor& grad2d, const at::Tensor& relu_out2d, at::Tensor& sums);
+// sums [K] = m2d [M, K] summed over its rows, as relu_backward_cuda_ sums.
+void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums);
 std::vector<at::Tensor> fused_linear_relu_backward_cuda(
     const at::Tensor& grad_out,
     const at::Tensor& input,

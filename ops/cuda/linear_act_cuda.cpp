@@ -3,10 +3,12 @@
 // the input gradient grad @ w (in an MLP, through the ReLU of the layer below by the DRELU_BGRAD
 // epilogue, which also sums that layer's bias gradient), and the weight gradient grad.T @ h whose
 // BGRADB epilogue also sums the bias gradient. On the current stream with PyTorch's cuBLASLt handle
-// and workspace. Per problem, the heuristic's top candidates and ATen's own way to the same result
-// are timed once and the fastest is cached (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick,
-// untimed; HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
-// algorithm, ATen's. The forward of few rows (M <= 256) also times the library's own kernel,
+// and workspace. Per problem, the heuristic's top candidates and the unfused way to the same result
+// ("aten": ATen's GEMM; in backward, then the library's one-pass ReLU backward and bias sum,
+// ops/cuda/relu_backward_sums_kernel.cu) are timed once and the fastest is cached
+// (HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick, untimed;
+// HYPATIA_CUBLASLT_LOG=1: each choice and its timings on stderr). Where cuBLASLt offers no
+// algorithm, the unfused way. The forward of few rows (M <= 256) also times the library's own kernel,
 // ops/cuda/skinny_linear_kernel.cu (HYPATIA_SKINNY_LINEAR=0: never; =1: wherever it applies,
 // untimed). Split-K partial sums stay in float32 (cuBLASLt may otherwise add them up in the
 // half-precision output type, which eager's default allows): one rounding, at the end.
@@ -27,8 +29,6 @@
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/relu.h>
-#include <ATen/ops/sum.h>
-#include <ATen/ops/threshold_backward.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
@@ -226,7 +226,7 @@ bool log_enabled() {
 
 // HYPATIA_CUBLASLT_SEARCH: unset, the heuristic's picks' variants (LtPlan::variants) join the search
 // where a call is long (kWideSearchMs); "heuristic", never; "wide", on every problem; "variants",
-// only they contend (then ATen's way, if none passes the probes): how the tests run them.
+// only they contend (then the unfused way, if none passes the probes): how the tests run them.
 enum class Search { by_length, heuristic, wide, variants };
 Search search_mode() {
   static const Search mode = [] {
@@ -525,20 +525,20 @@ void time_in_steady_state(Timer& timer, std::vector<Contender>& contenders, cons
   std::stable_sort(contenders.begin(), contenders.end(), faster);
 }
 
-// Runs `plan` with the way chosen for its key. On first use, `aten` (ATen's way to the same
+// Runs `plan` with the way chosen for its key. On first use, `aten` (the unfused way to the same
 // result), `own_kernel` (the library's kernel for the problem: false, doing nothing, where it does
 // not apply) and the heuristic's candidates are timed; on long problems (kWideSearchMs) their
 // variants too, all in steady state. The fastest that `acceptable` passes (ATen's and the own
 // kernel always do) is cached. Returns false when `aten` should run instead: chosen as fastest, no
 // candidate, or none chosen yet while the stream is captured into a CUDA graph (whose capture
 // forbids the host syncs of probing and timing; the choice is made on a later, uncaptured call).
-// `prepare` makes what only the plan reads (ATen's way does without it), before its first run.
+// `prepare` makes what only the plan reads (the unfused way does without it), before its first run.
 template <typename Aten, typename Acceptable, typename Prepare, typename OwnKernelRun>
 bool run_fastest(
     const LtPlan& plan, const Aten& aten, const Acceptable& acceptable, const Prepare& prepare,
     const OwnKernelRun& own_kernel) {
   using Way = AlgoChoice::Way;
-  // Runs a choice whose plan is prepared: false where ATen's way should run instead.
+  // Runs a choice whose plan is prepared: false where the unfused way should run instead.
   auto run_choice = [&](const AlgoChoice& choice) {
     switch (choice.way) {
       case Way::aten: return false;
@@ -584,7 +584,7 @@ bool run_fastest(
     }
     return decide(AlgoChoice{Way::aten}, timings, "aten");
   }
-  // Runs any contender, ATen's way included: false if it fails.
+  // Runs any contender, the unfused way included: false if it fails.
   auto execute = [&](const AlgoChoice& choice) {
     switch (choice.way) {
       case Way::aten: aten(); return true;
@@ -762,7 +762,7 @@ std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, co
   auto aten = [&] {
     at::mm_out(grad_weight, g.t(), h);
     if (bias_grad) {
-      at::sum_out(grad_bias, g, 0);
+      column_sums_cuda(g, grad_bias);
     }
   };
   if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
@@ -787,8 +787,14 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
     const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
   const at::Tensor g = grad2d.contiguous(), wc = w.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = wc.size(1);
-  // ATen's way: the (tuned) input-gradient GEMM, then eager's ReLU backward on the saved output.
-  auto aten = [&] { return relu_backward_and_bias_grad(input_grad_cuda(g, wc), relu_out2d, bias_grad); };
+  // The unfused way: the (tuned) input-gradient GEMM, then eager's ReLU backward on the saved output
+  // and the bias gradient, in one pass.
+  auto aten = [&] {
+    at::Tensor grad_input = input_grad_cuda(g, wc);
+    at::Tensor grad_bias = bias_grad ? at::empty({K}, g.options()) : at::Tensor();
+    relu_backward_cuda_(grad_input, relu_out2d, grad_bias);
+    return std::pair{grad_input, grad_bias};
+  };
   if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
     return aten();
   }
@@ -800,7 +806,7 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
                     bias_grad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU, bias_data, bits_data,
                     row_bytes * 8};
   };
-  // Where ATen's way is the cached choice, none of the epilogue's buffers is allocated: the key
+  // Where the unfused way is the cached choice, none of the epilogue's buffers is allocated: the key
   // takes their alignment as the caching allocator's (at least 256 bytes, the most a key tells).
   void* const fresh = reinterpret_cast<void*>(uintptr_t{256});
   const LtMatmul unallocated = problem(g.data_ptr(), fresh, bias_grad ? fresh : nullptr, fresh);

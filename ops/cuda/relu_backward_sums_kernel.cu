@@ -1,0 +1,196 @@
+// The elementwise half of a layer's unfused backward on CUDA, in one pass over the gradient:
+// eager's ReLU backward on the saved ReLU output (threshold_backward at 0) and the gradient's sums
+// over its rows (the bias gradient). ATen runs these as two kernels, and its sum over the rows of
+// a tall, narrow matrix moved a quarter of the copy bandwidth on the H100: 90 us for 262144 x 64
+// float32 (docs/perf/2026-11-24-h100-fp32-mlp/).
+#include "ops/fused_ops.h"
+
+#include <ATen/AccumulateType.h>
+#include <ATen/Dispatch.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace hypatia::ops {
+namespace {
+
+constexpr int kThreads = 256;
+// Rows each thread walks at least (fewer chunks, a smaller partial-sum table), and blocks per SM
+// the chunks aim at (enough loads in flight to keep HBM busy).
+constexpr int64_t kMinRowsPerThread = 16;
+constexpr int kBlocksPerSM = 4;
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// Threads: blockDim.x vectors of V columns by blockDim.y rows. Block (x, y) covers column tile x
+// and rows [y * chunk_rows, (y + 1) * chunk_rows). kRelu: grad = relu_out <= 0 ? 0 : grad, in place
+// (NaN in relu_out passes the gradient, as in eager). kSums: each thread adds up its column vector
+// over its rows, the block adds those over blockDim.y in a fixed order, and writes them to row y of
+// `partials` [gridDim.y, cols], or, in one chunk, to `sums` itself.
+template <typename T, typename Acc, int V, bool kRelu, bool kSums>
+__global__ void relu_backward_sums_kernel(
+    T* __restrict__ grad, const T* __restrict__ relu_out, Acc* __restrict__ partials, T* __restrict__ sums,
+    int64_t rows, int64_t cols, int64_t chunk_rows) {
+  const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  const int64_t first = blockIdx.y * chunk_rows, end = rows < first + chunk_rows ? rows : first + chunk_rows;
+  Acc acc[V] = {};
+  if (col < cols) {
+#pragma unroll 4
+    for (int64_t r = first + threadIdx.y; r < end; r += blockDim.y) {
+      Vec<T, V> g = *reinterpret_cast<const Vec<T, V>*>(grad + r * cols + col);
+      if constexpr (kRelu) {
+        const Vec<T, V> out = *reinterpret_cast<const Vec<T, V>*>(relu_out + r * cols + col);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          g.v[j] = static_cast<Acc>(out.v[j]) <= Acc(0) ? static_cast<T>(Acc(0)) : g.v[j];
+        }
+        *reinterpret_cast<Vec<T, V>*>(grad + r * cols + col) = g;
+      }
+      if constexpr (kSums) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          acc[j] += static_cast<Acc>(g.v[j]);
+        }
+      }
+    }
+  }
+  if constexpr (kSums) {
+    extern __shared__ unsigned char smem_bytes[];
+    Acc* block_sums = reinterpret_cast<Acc*>(smem_bytes);  // [blockDim.y][blockDim.x * V]
+    const int width = blockDim.x * V;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      block_sums[threadIdx.y * width + threadIdx.x * V + j] = acc[j];
+    }
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= cols) {
+      return;
+    }
+    for (int y = 1; y < blockDim.y; ++y) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        acc[j] += block_sums[y * width + threadIdx.x * V + j];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (gridDim.y == 1) {
+        sums[col + j] = static_cast<T>(acc[j]);
+      } else {
+        partials[blockIdx.y * cols + col + j] = acc[j];
+      }
+    }
+  }
+}
+
+// sums[c] = partials[:, c] added up in a fixed order: blockDim.y threads per column, each over every
+// blockDim.y-th chunk, then those in order of threadIdx.y. One rounding to T, at the end.
+template <typename T, typename Acc>
+__global__ void add_partials_kernel(const Acc* __restrict__ partials, T* __restrict__ sums, int64_t chunks, int64_t cols) {
+  __shared__ Acc thread_sums[kThreads];
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  Acc acc = 0;
+  if (col < cols) {
+#pragma unroll 4
+    for (int64_t i = threadIdx.y; i < chunks; i += blockDim.y) {
+      acc += partials[i * cols + col];
+    }
+  }
+  thread_sums[threadIdx.y * blockDim.x + threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= cols) {
+    return;
+  }
+  for (int y = 1; y < blockDim.y; ++y) {
+    acc += thread_sums[y * blockDim.x + threadIdx.x];
+  }
+  sums[col] = static_cast<T>(acc);
+}
+
+template <typename T, int V, bool kRelu, bool kSums>
+void launch(T* grad, const T* relu_out, T* sums, int64_t rows, int64_t cols, const at::TensorOptions& options) {
+  using Acc = at::acc_type<T, /*is_cuda=*/true>;
+  const int64_t vectors = cols / V;
+  const int tx = static_cast<int>(std::min<int64_t>(vectors, kThreads)), ty = kThreads / tx;
+  const int64_t col_tiles = (vectors + tx - 1) / tx;
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t target_chunks = std::max<int64_t>(
+      1, std::min<int64_t>(rows / (ty * kMinRowsPerThread), kBlocksPerSM * sms / col_tiles));
+  const int64_t chunk_rows = (rows + target_chunks - 1) / target_chunks;
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  at::Tensor partials = kSums && chunks > 1 ? at::empty({chunks, cols}, options.dtype(c10::CppTypeToScalarType<Acc>::value))
+                                            : at::Tensor();
+  Acc* partials_ptr = partials.defined() ? partials.mutable_data_ptr<Acc>() : nullptr;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const size_t smem = kSums ? sizeof(Acc) * tx * ty * V : 0;
+  const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks));
+  relu_backward_sums_kernel<T, Acc, V, kRelu, kSums><<<grid, dim3(tx, ty), smem, stream>>>(
+      grad, relu_out, partials_ptr, sums, rows, cols, chunk_rows);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (partials.defined()) {
+    const dim3 block(32, kThreads / 32);
+    const auto blocks = static_cast<unsigned>((cols + block.x - 1) / block.x);
+    add_partials_kernel<T, Acc><<<blocks, block, 0, stream>>>(partials_ptr, sums, chunks, cols);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// grad2d [M, K] contiguous; relu_out2d like it or undefined (no ReLU); sums [K] or undefined.
+void relu_backward_sums(const at::Tensor& grad2d, const at::Tensor& relu_out2d, const at::Tensor& sums) {
+  TORCH_INTERNAL_ASSERT(grad2d.is_contiguous() && (!relu_out2d.defined() || relu_out2d.is_contiguous()));
+  const int64_t rows = grad2d.size(0), cols = grad2d.size(1);
+  if (rows == 0 || cols == 0) {
+    if (sums.defined()) {
+      sums.zero_();  // eager's sum over no rows
+    }
+    return;
+  }
+  const bool relu = relu_out2d.defined(), with_sums = sums.defined();
+  TORCH_INTERNAL_ASSERT(relu || with_sums);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad2d.scalar_type(), "relu_backward_sums_cuda", [&] {
+    auto* grad = const_cast<scalar_t*>(grad2d.const_data_ptr<scalar_t>());
+    const scalar_t* out = relu ? relu_out2d.const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* sums_ptr = with_sums ? sums.mutable_data_ptr<scalar_t>() : nullptr;
+    constexpr int V = 16 / sizeof(scalar_t);
+    const bool vectorized = cols % V == 0 && aligned16(grad) && (!relu || aligned16(out));
+    auto run = [&](auto vector) {
+      constexpr int W = decltype(vector)::value;
+      if (relu && with_sums) {
+        launch<scalar_t, W, true, true>(grad, out, sums_ptr, rows, cols, grad2d.options());
+      } else if (relu) {
+        launch<scalar_t, W, true, false>(grad, out, sums_ptr, rows, cols, grad2d.options());
+      } else {
+        launch<scalar_t, W, false, true>(grad, out, sums_ptr, rows, cols, grad2d.options());
+      }
+    };
+    if (vectorized) {
+      run(std::integral_constant<int, V>{});
+    } else {
+      run(std::integral_constant<int, 1>{});
+    }
+  });
+}
+
+}  // namespace
+
+void relu_backward_cuda_(at::Tensor& grad2d, const at::Tensor& relu_out2d, at::Tensor& sums) {
+  relu_backward_sums(grad2d, relu_out2d.contiguous(), sums);
+}
+
+void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums) {
+  relu_backward_sums(m2d.contiguous(), at::Tensor(), sums);
+}
+
+}  // namespace hypatia::ops
