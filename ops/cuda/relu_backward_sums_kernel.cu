@@ -19,11 +19,39 @@
 namespace hypatia::ops {
 namespace {
 
-constexpr int kThreads = 256;
-// Rows each thread walks at least (fewer chunks, a smaller partial-sum table), and blocks per SM
-// the chunks aim at (enough loads in flight to keep HBM busy).
+// Two blocks of 512 threads per SM keep enough loads in flight to move ~2.8 TB/s on the H100, with
+// few chunks of rows: their partial sums are added up by a second kernel, whose time grows with
+// their number. Each thread walks at least kMinRowsPerThread rows.
+constexpr int kThreads = 512;
+constexpr int kBlocksPerSM = 2;
 constexpr int64_t kMinRowsPerThread = 16;
-constexpr int kBlocksPerSM = 4;
+// The second kernel's block: 32 columns by 32 threads over the chunks.
+constexpr int kAddColumns = 32, kAddRows = 32;
+
+__device__ int pow2_at_least(int n) {
+  int p = 1;
+  while (p < n) {
+    p *= 2;
+  }
+  return p;
+}
+
+// Rows [0, blockDim.y) of table [blockDim.y][width] added up into row 0, pairwise, halving the
+// rows each step: a fixed order. Every thread of the block calls it; column `at` .. at + V - 1 are
+// this thread's.
+template <typename Acc, int V>
+__device__ void add_rows_into_first(Acc* table, int width, int at) {
+  const int y = threadIdx.y, rows = blockDim.y;
+  for (int half = pow2_at_least(rows) / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (y < half && y + half < rows) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        table[y * width + at + j] += table[(y + half) * width + at + j];
+      }
+    }
+  }
+}
 
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Vec {
@@ -36,7 +64,7 @@ struct alignas(sizeof(T) * V) Vec {
 // over its rows, the block adds those over blockDim.y in a fixed order, and writes them to row y of
 // `partials` [gridDim.y, cols], or, in one chunk, to `sums` itself.
 template <typename T, typename Acc, int V, bool kRelu, bool kSums>
-__global__ void relu_backward_sums_kernel(
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM) relu_backward_sums_kernel(
     T* __restrict__ grad, const T* __restrict__ relu_out, Acc* __restrict__ partials, T* __restrict__ sums,
     int64_t rows, int64_t cols, int64_t chunk_rows) {
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
@@ -65,54 +93,44 @@ __global__ void relu_backward_sums_kernel(
   if constexpr (kSums) {
     extern __shared__ unsigned char smem_bytes[];
     Acc* block_sums = reinterpret_cast<Acc*>(smem_bytes);  // [blockDim.y][blockDim.x * V]
-    const int width = blockDim.x * V;
+    const int width = blockDim.x * V, at = threadIdx.x * V;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      block_sums[threadIdx.y * width + threadIdx.x * V + j] = acc[j];
+      block_sums[threadIdx.y * width + at + j] = acc[j];
     }
-    __syncthreads();
+    add_rows_into_first<Acc, V>(block_sums, width, at);
     if (threadIdx.y != 0 || col >= cols) {
       return;
-    }
-    for (int y = 1; y < blockDim.y; ++y) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        acc[j] += block_sums[y * width + threadIdx.x * V + j];
-      }
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       if (gridDim.y == 1) {
-        sums[col + j] = static_cast<T>(acc[j]);
+        sums[col + j] = static_cast<T>(block_sums[at + j]);
       } else {
-        partials[blockIdx.y * cols + col + j] = acc[j];
+        partials[blockIdx.y * cols + col + j] = block_sums[at + j];
       }
     }
   }
 }
 
 // sums[c] = partials[:, c] added up in a fixed order: blockDim.y threads per column, each over every
-// blockDim.y-th chunk, then those in order of threadIdx.y. One rounding to T, at the end.
+// blockDim.y-th chunk, then those pairwise. One rounding to T, at the end.
 template <typename T, typename Acc>
-__global__ void add_partials_kernel(const Acc* __restrict__ partials, T* __restrict__ sums, int64_t chunks, int64_t cols) {
-  __shared__ Acc thread_sums[kThreads];
+__global__ void __launch_bounds__(kAddColumns * kAddRows) add_partials_kernel(const Acc* __restrict__ partials, T* __restrict__ sums, int64_t chunks, int64_t cols) {
+  __shared__ Acc thread_sums[kAddRows * kAddColumns];
   const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   Acc acc = 0;
   if (col < cols) {
-#pragma unroll 4
+#pragma unroll 8
     for (int64_t i = threadIdx.y; i < chunks; i += blockDim.y) {
       acc += partials[i * cols + col];
     }
   }
   thread_sums[threadIdx.y * blockDim.x + threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || col >= cols) {
-    return;
+  add_rows_into_first<Acc, 1>(thread_sums, blockDim.x, threadIdx.x);
+  if (threadIdx.y == 0 && col < cols) {
+    sums[col] = static_cast<T>(thread_sums[threadIdx.x]);
   }
-  for (int y = 1; y < blockDim.y; ++y) {
-    acc += thread_sums[y * blockDim.x + threadIdx.x];
-  }
-  sums[col] = static_cast<T>(acc);
 }
 
 template <typename T, int V, bool kRelu, bool kSums>
@@ -136,7 +154,7 @@ void launch(T* grad, const T* relu_out, T* sums, int64_t rows, int64_t cols, con
       grad, relu_out, partials_ptr, sums, rows, cols, chunk_rows);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (partials.defined()) {
-    const dim3 block(32, kThreads / 32);
+    const dim3 block(kAddColumns, kAddRows);
     const auto blocks = static_cast<unsigned>((cols + block.x - 1) / block.x);
     add_partials_kernel<T, Acc><<<blocks, block, 0, stream>>>(partials_ptr, sums, chunks, cols);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
