@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, after the one-pass ReLU backward and bias sum: build, the kernel's own tests
-# (ctest), the per-layer training tests, and the same profile as exp.sh (profile-after.log).
+# (ctest), the per-layer training tests, and the profile of exp.sh's shapes and two more
+# (profile-after.log).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 bash "$root/scripts/gpu_check.sh" build || exit 1
@@ -16,12 +17,13 @@ log="$OUT/tests-after.log"
 } >"$log" 2>&1
 log="$OUT/profile-after.log"
 {
-  echo "# profile_ops.py --compare, float32 MLPs, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit ${HYPATIA_COMMIT:-unknown}"
+  echo "# profile_ops.py (hypatia only), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit ${HYPATIA_COMMIT:-unknown}"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   python3 -c 'import torch; print("torch:", torch.__version__, " cuda:", torch.version.cuda)'
 } >"$log"
-for shape in "262144 64,64,64,64,64,64,64,64,64" "65536 64,64,64" "262144 64,64,64"; do
-  read -r rows widths <<<"$shape"
+for shape in "262144 64,64,64,64,64,64,64,64,64 float32 mlp" "65536 64,64,64 float32 mlp" \
+  "262144 64,64,64 float32 mlp" "8192 1024,4096,1024 bfloat16 mlp" "65536 64,64 float32 linear_relu"; do
+  read -r rows widths dtype op <<<"$shape"
   HYPATIA_CUBLASLT_LOG=1 python3 "$root/scripts/profile_ops.py" --rows "$rows" --widths "$widths" \
-    --dtype float32 2>&1 | grep -v "Warning\|_warn_once" >>"$log"
+    --dtype "$dtype" --op "$op" 2>&1 | grep -v "Warning\|_warn_once" >>"$log"
 done
