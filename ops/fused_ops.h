@@ -65,9 +65,10 @@ std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
 // ATen ops, so differentiable.
 extern const BackwardGemms aten_gemms;
 #ifdef HYPATIA_WITH_CUDA
-// cuBLASLt GEMMs where they time faster than ATen's, per shape: the weight gradient's BGRADB
-// epilogue sums the bias gradient, relu_input_grad's DRELU_BGRAD epilogue applies the ReLU mask
-// and sums the layer below's bias gradient; ops/cuda/linear_act_cuda.cpp.
+// cuBLASLt GEMMs where they time faster than the unfused way (ATen's GEMMs, then the library's
+// one-pass ReLU backward and bias sum), per shape: the weight gradient's BGRADB epilogue sums the
+// bias gradient, relu_input_grad's DRELU_BGRAD epilogue applies the ReLU mask and sums the layer
+// below's bias gradient; ops/cuda/linear_act_cuda.cpp.
 extern const BackwardGemms cuda_gemms;
 #endif
 

@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) relu_backward_sums_ker
 // sums[c] = partials[:, c] added up in a fixed order: blockDim.y threads per column, each over every
 // blockDim.y-th chunk, then those pairwise. One rounding to T, at the end.
 template <typename T, typename Acc>
-__global__ void __launch_bounds__(kAddColumns * kAddRows) add_partials_kernel(const Acc* __restrict__ partials, T* __restrict__ sums, int64_t chunks, int64_t cols) {
+__global__ void __launch_bounds__(kAddColumns * kAddRows)
+    add_partials_kernel(const Acc* __restrict__ partials, T* __restrict__ sums, int64_t chunks, int64_t cols) {
   __shared__ Acc thread_sums[kAddRows * kAddColumns];
   const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   Acc acc = 0;
@@ -144,8 +145,8 @@ void launch(T* grad, const T* relu_out, T* sums, int64_t rows, int64_t cols, con
       1, std::min<int64_t>(rows / (ty * kMinRowsPerThread), kBlocksPerSM * sms / col_tiles));
   const int64_t chunk_rows = (rows + target_chunks - 1) / target_chunks;
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-  at::Tensor partials = kSums && chunks > 1 ? at::empty({chunks, cols}, options.dtype(c10::CppTypeToScalarType<Acc>::value))
-                                            : at::Tensor();
+  const auto acc_dtype = c10::CppTypeToScalarType<Acc>::value;
+  at::Tensor partials = kSums && chunks > 1 ? at::empty({chunks, cols}, options.dtype(acc_dtype)) : at::Tensor();
   Acc* partials_ptr = partials.defined() ? partials.mutable_data_ptr<Acc>() : nullptr;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const size_t smem = kSums ? sizeof(Acc) * tx * ty * V : 0;
@@ -165,7 +166,8 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// grad2d [M, K] contiguous; relu_out2d like it or undefined (no ReLU); sums [K] or undefined.
+// grad2d [M, K] contiguous, written (in place) only where relu_out2d, like it, is defined; sums [K]
+// or undefined.
 void relu_backward_sums(const at::Tensor& grad2d, const at::Tensor& relu_out2d, const at::Tensor& sums) {
   TORCH_INTERNAL_ASSERT(grad2d.is_contiguous() && (!relu_out2d.defined() || relu_out2d.is_contiguous()));
   const int64_t rows = grad2d.size(0), cols = grad2d.size(1);
