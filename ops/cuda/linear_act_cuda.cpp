@@ -532,7 +532,8 @@ void time_in_steady_state(Timer& timer, std::vector<Contender>& contenders, cons
 // kernel always do) is cached. Returns false when `aten` should run instead: chosen as fastest, no
 // candidate, or none chosen yet while the stream is captured into a CUDA graph (whose capture
 // forbids the host syncs of probing and timing; the choice is made on a later, uncaptured call).
-// `prepare` makes what only the plan reads (the unfused way does without it), before its first run.
+// `prepare` makes what only the plan reads (the unfused way does without it), before each of its
+// runs, timed ones included.
 template <typename Aten, typename Acceptable, typename Prepare, typename OwnKernelRun>
 bool run_fastest(
     const LtPlan& plan, const Aten& aten, const Acceptable& acceptable, const Prepare& prepare,
@@ -584,13 +585,15 @@ bool run_fastest(
     }
     return decide(AlgoChoice{Way::aten}, timings, "aten");
   }
-  // Runs any contender, the unfused way included: false if it fails.
+  // Runs any contender, the unfused way included: false if it fails. A cuBLASLt way runs `prepare`
+  // first, as every call of it does (the cached path above), so that its time includes it.
   auto execute = [&](const AlgoChoice& choice) {
     switch (choice.way) {
       case Way::aten: aten(); return true;
       case Way::own_kernel: return own_kernel();
       case Way::cublaslt: break;
     }
+    prepare();
     if (plan.run(choice.algo) == CUBLAS_STATUS_SUCCESS) {
       return true;
     }
