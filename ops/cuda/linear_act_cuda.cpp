@@ -573,9 +573,9 @@ bool run_fastest(
   if (own_kernel_mode() == OwnKernel::always && own_kernel()) {
     return decide(AlgoChoice{Way::own_kernel}, "own kernel untimed", "own");
   }
+  prepare();
   const std::vector<cublasLtMatmulAlgo_t> picks = plan.candidates();
   if (!autotune_enabled()) {  // the heuristic's first acceptable pick
-    prepare();  // timed runs (execute) prepare themselves
     std::string timings = "untimed, candidates";
     for (size_t i = 0; i < picks.size(); ++i) {
       if (acceptable(picks[i])) {
