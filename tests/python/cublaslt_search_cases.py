@@ -57,10 +57,12 @@ def gradients(dtype):
             return torch.autograd.grad(fn(leaves), leaves, g.to(dt))
 
         exact, ours, theirs = grads(eager, torch.float64), grads(fused, dtype), grads(eager, dtype)
-        for got, want, base in zip(ours, exact, theirs):
+        errors = []
+        for i, (got, want, base) in enumerate(zip(ours, exact, theirs)):
             err, bar = rel_error(got, want), max(TOLERANCE[dtype], 2 * rel_error(base, want))
-            assert err <= bar, (name, err, bar)
-        print(f"gradients {dtype} {name}: ok", flush=True)
+            assert err <= bar, (name, f"gradient of operand {i}", err, bar)
+            errors.append(f"{err:.1e}/{bar:.1e}")
+        print(f"gradients {dtype} {name}: ok (error/bar by operand: {' '.join(errors)})", flush=True)
 
 
 def by_length():
