@@ -10,7 +10,7 @@ namespace hypatia::ops {
 struct CpuLayer {
   at::Tensor weight_t;   // [K, N]
   OptionalTensor bias;   // [N] or empty
-  at::Tensor packed;     // the float32 weight packed for narrow_gemm_act (ops/cpu/narrow_gemm.h), or undefined
+  at::Tensor packed;     // the weight packed for narrow_gemm_act (float32) or narrow_gemm_act_bf16, or undefined
   bool widened = false;  // a half-precision layer computed in float32
   bool relu = false;
 };
@@ -19,9 +19,9 @@ struct CpuLayer {
 // native GEMM for it and would emulate one ~10x slower than float32.
 bool computes_widened(at::ScalarType dtype);
 
-// for_forward: also pack the weight where run_cpu_layer takes the narrow kernel (the backward
-// only multiplies by weight_t).
-CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, bool for_forward = true);
+// forward_rows: the rows the forward will run, for which the weight is also packed where
+// run_cpu_layer takes a narrow kernel; 0 for the backward, which only multiplies by weight_t.
+CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, int64_t forward_rows);
 
 // out_rows = act(x_rows @ layer.weight_t + bias), out_rows in x_rows' dtype.
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows);

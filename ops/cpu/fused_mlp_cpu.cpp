@@ -19,7 +19,7 @@ at::Tensor fused_mlp_cpu(
   layers.reserve(depth);
   for (size_t i = 0; i < depth; ++i) {
     widest = std::max(widest, weights[i].size(0));
-    layers.push_back(prepare_cpu_layer(weights[i], biases.get(i), i + 1 < depth || relu_last));
+    layers.push_back(prepare_cpu_layer(weights[i], biases.get(i), i + 1 < depth || relu_last, rows));
   }
   const at::Tensor x = as_rows(input);
   at::Tensor out = at::empty({rows, weights.back().size(0)}, input.options());

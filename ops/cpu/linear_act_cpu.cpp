@@ -61,9 +61,16 @@ std::optional<at::Tensor> onednn_linear(const at::Tensor& x2d, const at::Tensor&
 }  // namespace
 
 #ifdef HYPATIA_WITH_AVX2_GEMM
-// Here, not beside the kernel: code of that file may hold AVX2 instructions.
+// Here, not beside the kernels: code of their files may hold AVX2 or AVX-512 instructions.
 bool narrow_gemm_supported() {
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported;
+}
+#endif
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+bool narrow_gemm_bf16_supported() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
   return supported;
 }
 #endif
@@ -72,7 +79,7 @@ bool computes_widened(at::ScalarType dtype) {
   return at::isReducedFloatingType(dtype) && !native_half_gemm(dtype);
 }
 
-CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, bool for_forward) {
+CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, int64_t forward_rows) {
   CpuLayer layer;
   layer.relu = relu;
   // Widened layers keep the fp32 accumulation and round once, when the block is stored.
@@ -85,10 +92,25 @@ CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool re
     layer.weight_t = w.t();
     layer.bias = has_bias ? b : std::nullopt;
   }
+  [[maybe_unused]] const int64_t out_features = w.size(0), in_features = w.size(1);
+  [[maybe_unused]] const bool narrow =
+      forward_rows > 0 && out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+  // Its weight is packed on every call, one element at a time: measured on a 2-core AMD EPYC, the
+  // kernel overtook oneDNN from about 500 rows at 256x256->256 and from 32 rows at 128->128.
+  if (narrow && layer.weight_t.scalar_type() == at::kBFloat16 && forward_rows * 128 >= out_features * in_features &&
+      narrow_gemm_bf16_supported()) {
+    const at::Tensor w_c = w.contiguous();
+    layer.packed = at::empty({narrow_packed_bf16_elements(out_features, in_features)}, w_c.options());
+    pack_narrow_weight_bf16(reinterpret_cast<const uint16_t*>(w_c.const_data_ptr()), in_features, out_features,
+                            in_features, reinterpret_cast<uint16_t*>(layer.packed.data_ptr()));
+    if (layer.bias) {
+      layer.bias = layer.bias->to(at::kFloat).contiguous();
+    }
+  }
+#endif
 #ifdef HYPATIA_WITH_AVX2_GEMM
-  const int64_t out_features = w.size(0), in_features = w.size(1);
-  if (for_forward && layer.weight_t.scalar_type() == at::kFloat && out_features <= kNarrowGemmMaxOut &&
-      in_features <= kNarrowGemmMaxIn && narrow_gemm_supported()) {
+  if (narrow && layer.weight_t.scalar_type() == at::kFloat && narrow_gemm_supported()) {
     const at::Tensor w_float = layer.weight_t.t().contiguous();
     layer.packed = at::empty({narrow_packed_floats(out_features, in_features)}, w_float.options());
     pack_narrow_weight(
@@ -103,8 +125,9 @@ CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool re
 
 namespace {
 
-// run_cpu_layer's narrow kernel, its rows spread over the threads (inline inside a parallel task).
-// Only layers that prepare_cpu_layer packed come here, so never without the kernel.
+// run_cpu_layer's narrow kernel (float32, or bfloat16 where the weight was packed as such), its rows
+// spread over the threads (inline inside a parallel task). Only layers that prepare_cpu_layer
+// packed come here, so never without the kernel.
 void run_narrow_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& acc) {
 #ifdef HYPATIA_WITH_AVX2_GEMM
   const at::Tensor x = x_rows.stride(1) == 1 ? x_rows : x_rows.contiguous();
@@ -112,7 +135,17 @@ void run_narrow_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor
   const float* bias = layer.bias ? layer.bias->data_ptr<float>() : nullptr;
   const int64_t macs_per_row = std::max<int64_t>(1, in_features * out_features);
   const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / macs_per_row);
+  const bool bf16 = layer.packed.scalar_type() == at::kBFloat16;
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    if (bf16) {
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+      narrow_gemm_act_bf16(reinterpret_cast<const uint16_t*>(x.const_data_ptr()) + begin * x.stride(0), x.stride(0),
+                           end - begin, in_features, reinterpret_cast<const uint16_t*>(layer.packed.const_data_ptr()),
+                           bias, out_features, layer.relu,
+                           reinterpret_cast<uint16_t*>(acc.data_ptr()) + begin * acc.stride(0), acc.stride(0));
+#endif
+      return;
+    }
     narrow_gemm_act(x.data_ptr<float>() + begin * x.stride(0), x.stride(0), end - begin, in_features,
                     layer.packed.data_ptr<float>(), bias, out_features, layer.relu,
                     acc.data_ptr<float>() + begin * acc.stride(0), acc.stride(0));
@@ -152,7 +185,7 @@ void run_row_blocks(
   if (out.numel() == 0) {
     return;
   }
-  const CpuLayer layer = prepare_cpu_layer(w, b, relu);
+  const CpuLayer layer = prepare_cpu_layer(w, b, relu, x.size(0));
   const int64_t block = rows_per_block(w.size(0), layer.weight_t.element_size());
   for_each_row_chunk(x.size(0), block, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r += block) {

@@ -1,4 +1,6 @@
 """Forward results of both ops against eager PyTorch in float64, on random data."""
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -187,6 +189,19 @@ def test_output_is_new_memory(device):
 NARROW_KERNEL_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
+def cpu_flags():
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    return next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
+
+
+# The narrow bfloat16 kernel (ops/cpu/narrow_gemm_avx512bf16.cpp) runs where oneDNN's GEMM is native
+# bfloat16 and the CPU has AVX-512 BF16.
+NARROW_BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags()
+
+
 @pytest.mark.parametrize("rows", [1, 5, 6, 7, 97])
 @pytest.mark.parametrize("kn", [(1, 1), (3, 4), (17, 16), (63, 9), (40, 33), (64, 64), (200, 250), (256, 256)])
 @pytest.mark.parametrize("bias", [True, False])
@@ -206,6 +221,37 @@ def test_cpu_narrow_float32_layers(rows, kn, bias):
     torch.testing.assert_close(out.double(), reference_mlp(x, ws, [b, None], False), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [6, 7, 97, 600])
+@pytest.mark.parametrize("kn", [(1, 1), (3, 4), (17, 16), (63, 9), (40, 33), (64, 64), (200, 250), (256, 256)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cpu_narrow_bfloat16_layers(rows, kn, bias):
+    """bfloat16 layers up to 256 wide: where the CPU has AVX-512 BF16 and the rows pay for packing
+    the weight, the own kernel (tiles of 6 rows x 64 columns, k two at a time, odd k, short strips,
+    ragged panels), x rows read in place; elsewhere the other paths. Against float64 on the same
+    (rounded) operands: one rounding of the fp32 sum to bfloat16."""
+    torch.manual_seed(rows)
+    k, n = kn
+    x = torch.randn(rows, k + 5).bfloat16()[:, 2:k + 2]  # a row stride that is not k
+    w, b = layer(k, n, torch.bfloat16, "cpu", bias)
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    assert out.shape == (rows, n) and out.dtype == torch.bfloat16 and out.is_contiguous()
+    torch.testing.assert_close(out.double(), reference_linear_relu(x, w, b), rtol=8e-3, atol=8e-3)
+    ws = [w, layer(n, k, torch.bfloat16, "cpu")[0]]
+    out = torch.ops.hypatia.fused_mlp(x, ws, [b, None], False)
+    # The hidden layer is rounded to bfloat16 as in eager: compare with eager's own rounding.
+    torch.testing.assert_close(out, F.linear(F.relu(F.linear(x, ws[0], b)), ws[1]), rtol=2e-2, atol=2e-2)
+
+
+def test_cpu_narrow_bfloat16_layers_keep_nan_and_inf():
+    torch.manual_seed(5)
+    x = torch.randn(13, 20).bfloat16()
+    x[6, 3], x[12, 0], x[7, 1] = float("nan"), float("inf"), -float("inf")  # a full strip and the short one
+    w, b = layer(20, 9, torch.bfloat16, "cpu")
+    out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    assert out[6].isnan().all()
+    torch.testing.assert_close(out, F.relu(F.linear(x, w, b)), equal_nan=True)
+
+
 def test_cpu_narrow_float32_layers_keep_nan_and_inf():
     torch.manual_seed(5)
     x = torch.randn(13, 20)
@@ -222,9 +268,11 @@ def test_cpu_narrow_float32_layers_keep_nan_and_inf():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_narrow_layers_take_their_own_kernel(mkn, narrow, dtype):
     """Layers up to 256 wide run no BLAS call (bias and ReLU in the kernel's registers); wider, MKL."""
-    if dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        pytest.skip("bfloat16 layers run oneDNN's native bf16 GEMM on this CPU")
     m, k, n = mkn
+    if dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        # Not computed in float32 here: the bfloat16 kernel, where the CPU has it and the rows pay for
+        # packing the weight (rows x 128 >= its elements); else oneDNN's bf16 GEMM.
+        narrow = narrow and NARROW_BF16_KERNEL_CPU and m * 128 >= n * k
     x, (w, b) = torch.randn(m, k).to(dtype), layer(k, n, dtype, "cpu")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = torch.ops.hypatia.fused_mlp(x, [w], [b], True)

@@ -1,0 +1,150 @@
+// The narrow bfloat16 GEMM of ops/cpu/narrow_gemm.h: a 6-row x 64-column tile of the output in 24
+// AVX-512 registers, over k two at a time: vdpbf16ps adds x[k] w[k] + x[k+1] w[k+1] to each fp32
+// lane, the instruction oneDNN's own bf16 GEMM (eager's) runs on such CPUs. Compiled with
+// -mavx512f -mavx512bw -mavx512vl -mavx512bf16; called only where narrow_gemm_bf16_supported(). No
+// templates from headers: their instances here would be AVX-512 code that the linker may pick for
+// every caller.
+#include "ops/cpu/narrow_gemm.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace hypatia::ops {
+namespace {
+
+constexpr int kTileRows = 6;
+constexpr int kTilePanels = 4;  // 64 output columns
+
+int64_t min(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+// Lanes [0, count) of 16.
+__mmask16 first_lanes(int64_t count) {
+  return count <= 0 ? 0 : count >= 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
+}
+
+// x[0], x[1] as one 32-bit lane (x[0] in the low half, as vdpbf16ps pairs them), broadcast.
+__m512bh pair(const uint16_t* x) {
+  uint32_t v;
+  std::memcpy(&v, x, sizeof v);
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(v));
+}
+
+// acc[r][q] += x row r (of 6, `ldx` apart) times panel q (of P, `panel_stride` apart), over k.
+template <int P>
+void tile6(const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel, int64_t panel_stride,
+           __m512 (&acc)[kTileRows][kTilePanels]) {
+  __m512 c[kTileRows][P];  // a local copy: GCC keeps it in registers
+#pragma GCC unroll 6
+  for (int r = 0; r < kTileRows; ++r) {
+#pragma GCC unroll 4
+    for (int q = 0; q < P; ++q) {
+      c[r][q] = acc[r][q];
+    }
+  }
+  auto step = [&](const uint16_t* w_pairs, auto x_pair) {
+    __m512bh w[P];
+#pragma GCC unroll 4
+    for (int q = 0; q < P; ++q) {
+      w[q] = (__m512bh)_mm512_loadu_si512(w_pairs + q * panel_stride);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m512bh a = x_pair(x + r * ldx);
+#pragma GCC unroll 4
+      for (int q = 0; q < P; ++q) {
+        c[r][q] = _mm512_dpbf16_ps(c[r][q], a, w[q]);
+      }
+    }
+  };
+  const int64_t pairs = k / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    step(panel + p * 2 * kNarrowGemmPanel, [&](const uint16_t* row) { return pair(row + 2 * p); });
+  }
+  if (k % 2 != 0) {  // the last x alone: the element after it may lie past the row
+    step(panel + pairs * 2 * kNarrowGemmPanel,
+         [&](const uint16_t* row) { return (__m512bh)_mm512_set1_epi32(row[k - 1]); });
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kTileRows; ++r) {
+#pragma GCC unroll 4
+    for (int q = 0; q < P; ++q) {
+      acc[r][q] = c[r][q];
+    }
+  }
+}
+
+// Output rows [0, rows) (rows <= 6), columns [0, cols) (cols <= 16 P) of P panels from x rows
+// [0, rows). A short strip runs on `padded`, a zero-padded copy of its x rows, k apart.
+template <int P>
+void strip(const uint16_t* x, int64_t ldx, int rows, int64_t k, const uint16_t* panel, int64_t panel_stride,
+           const float* bias, int64_t cols, bool relu, uint16_t* out, int64_t ldo, const uint16_t* padded) {
+  __m512 acc[kTileRows][kTilePanels];
+  for (int q = 0; q < P; ++q) {
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(first_lanes(cols - 16 * q), bias + 16 * q) : _mm512_setzero_ps();
+    for (int r = 0; r < kTileRows; ++r) {
+      acc[r][q] = b;
+    }
+  }
+  if (rows == kTileRows) {
+    tile6<P>(x, ldx, k, panel, panel_stride, acc);
+  } else {
+    tile6<P>(padded, k, k, panel, panel_stride, acc);
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  for (int r = 0; r < rows; ++r) {
+    for (int q = 0; q < P; ++q) {
+      // max(0, v) returns its second operand when either is NaN: NaN stays NaN. The fp32 sum is
+      // rounded to bfloat16 once, to nearest even, as eager rounds its GEMM's output.
+      const __m512 v = relu ? _mm512_max_ps(zero, acc[r][q]) : acc[r][q];
+      const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+      _mm256_mask_storeu_epi16(out + r * ldo + 16 * q, first_lanes(cols - 16 * q), h);
+    }
+  }
+}
+
+}  // namespace
+
+void pack_narrow_weight_bf16(const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* packed) {
+  const int64_t pairs = (k + 1) / 2, panel_stride = pairs * 2 * kNarrowGemmPanel;
+  std::memset(packed, 0, narrow_packed_bf16_elements(n, k) * sizeof(uint16_t));
+  for (int64_t c = 0; c < n; ++c) {
+    uint16_t* column = packed + (c / kNarrowGemmPanel) * panel_stride + (c % kNarrowGemmPanel) * 2;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      column[(kk / 2) * 2 * kNarrowGemmPanel + kk % 2] = w[c * ldw + kk];
+    }
+  }
+}
+
+void narrow_gemm_act_bf16(
+    const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed, const float* bias, int64_t n,
+    bool relu, uint16_t* out, int64_t ldo) {
+  const int64_t panel_stride = (k + 1) / 2 * 2 * kNarrowGemmPanel;
+  // Row strips outside, column tiles inside: a strip's x rows stay in L1 across every tile.
+  uint16_t padded[kTileRows * kNarrowGemmMaxIn];
+  for (int64_t r = 0; r < rows; r += kTileRows) {
+    const int strip_rows = static_cast<int>(min(kTileRows, rows - r));
+    if (strip_rows < kTileRows) {
+      std::memset(padded, 0, sizeof(uint16_t) * kTileRows * k);
+      for (int i = 0; i < strip_rows; ++i) {
+        std::memcpy(padded + i * k, x + (r + i) * ldx, sizeof(uint16_t) * k);
+      }
+    }
+    for (int64_t j = 0; j < n; j += kTilePanels * kNarrowGemmPanel) {
+      const int64_t cols = min(kTilePanels * kNarrowGemmPanel, n - j);
+      const uint16_t* panel = packed + (j / kNarrowGemmPanel) * panel_stride;
+      const float* b = bias ? bias + j : nullptr;
+      uint16_t* o = out + r * ldo + j;
+      switch ((cols + kNarrowGemmPanel - 1) / kNarrowGemmPanel) {
+        case 1: strip<1>(x + r * ldx, ldx, strip_rows, k, panel, panel_stride, b, cols, relu, o, ldo, padded); break;
+        case 2: strip<2>(x + r * ldx, ldx, strip_rows, k, panel, panel_stride, b, cols, relu, o, ldo, padded); break;
+        case 3: strip<3>(x + r * ldx, ldx, strip_rows, k, panel, panel_stride, b, cols, relu, o, ldo, padded); break;
+        default: strip<4>(x + r * ldx, ldx, strip_rows, k, panel, panel_stride, b, cols, relu, o, ldo, padded); break;
+      }
+    }
+  }
+}
+
+}  // namespace hypatia::ops
