@@ -3,6 +3,9 @@
 #include <array>
 #include <cstdint>
 #include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace hypatia::ops {
 
@@ -42,5 +45,22 @@ void apply_relu_bits(const uint8_t* bits, const U* in, U* out, int64_t count) {
     out[c] = in[c] & masks[bits[c / 8]][c % 8];
   }
 }
+
+#if defined(__SSE2__)
+// 16-bit elements: one mask byte's 8 words are one SSE2 register (the loop above stayed scalar:
+// 2.5 ms for 65536x64 bfloat16 gradients, against threshold_backward's 1.0, one thread).
+inline void apply_relu_bits(const uint8_t* bits, const uint16_t* in, uint16_t* out, int64_t count) {
+  const auto& masks = expanded_masks<uint16_t>();
+  int64_t c = 0;
+  for (; c + 8 <= count; c += 8) {
+    const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(masks[bits[c / 8]].data()));
+    const __m128i g = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c), _mm_and_si128(g, m));
+  }
+  for (; c < count; ++c) {
+    out[c] = in[c] & masks[bits[c / 8]][c % 8];
+  }
+}
+#endif
 
 }  // namespace hypatia::ops

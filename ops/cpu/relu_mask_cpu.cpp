@@ -51,6 +51,26 @@ inline uint8_t full_mask_byte(const float* o) {
   const int high = _mm_movemask_ps(_mm_cmpnle_ps(_mm_loadu_ps(o + 4), zero));
   return static_cast<uint8_t>(low | (high << 4));
 }
+
+// 16-bit floats, on their bit patterns as int16: !(v <= 0) where v > 0 as an integer (sign clear,
+// not +0: +Inf and +NaN included) or v is a NaN of either sign (magnitude bits above Inf's);
+// `inf` is Inf's bit pattern. 8 lanes at once, then packed to bytes and gathered by movemask
+// (packing 65536x64 bfloat16 outputs: 2.8 ms a call with the generic byte path, one thread).
+inline uint8_t full_mask_byte_16(const void* o, int16_t inf) {
+  const __m128i v = _mm_loadu_si128(static_cast<const __m128i*>(o));
+  const __m128i positive = _mm_cmpgt_epi16(v, _mm_setzero_si128());
+  const __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(v, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(inf));
+  const __m128i pass = _mm_or_si128(positive, nan);
+  return static_cast<uint8_t>(_mm_movemask_epi8(_mm_packs_epi16(pass, pass)) & 0xff);
+}
+
+inline uint8_t full_mask_byte(const c10::BFloat16* o) {
+  return full_mask_byte_16(o, 0x7f80);
+}
+
+inline uint8_t full_mask_byte(const c10::Half* o) {
+  return full_mask_byte_16(o, 0x7c00);
+}
 #endif
 
 // Mask byte of o[0, count), count <= 8.
