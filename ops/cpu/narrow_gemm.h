@@ -37,7 +37,7 @@ void narrow_gemm_act(
 // The same for bfloat16 layers where oneDNN's GEMM is native bfloat16 (AVX-512 BF16): there a
 // layer is not computed in float32 (eager's is not), and this kernel is what a narrow one runs
 // instead of a oneDNN call per row block (ops/cpu/narrow_gemm_avx512bf16.cpp; measured in
-// docs/perf/cpu-2026-11-24-avx512/). Operands are bfloat16 bits; products summed in fp32, the bias
+// docs/perf/cpu-2026-11-24-avx512-bf16-kernel/). Operands are bfloat16 bits; products summed in fp32, the bias
 // (fp32) first, rounded once to bfloat16.
 bool narrow_gemm_bf16_supported();
 
