@@ -2,8 +2,8 @@
 // AVX-512 registers, over k two at a time: vdpbf16ps adds x[k] w[k] + x[k+1] w[k+1] to each fp32
 // lane, the instruction oneDNN's own bf16 GEMM (eager's) runs on such CPUs. Compiled with
 // -mavx512f -mavx512bw -mavx512vl -mavx512bf16; called only where narrow_gemm_bf16_supported(). No
-// templates from headers: their instances here would be AVX-512 code that the linker may pick for
-// every caller.
+// templates or inline functions from headers: their instances here would be AVX-512 code that the
+// linker may pick for every caller.
 #include "ops/cpu/narrow_gemm.h"
 
 #include <immintrin.h>
@@ -18,6 +18,12 @@ constexpr int kTilePanels = 4;  // 64 output columns
 
 int64_t min(int64_t a, int64_t b) {
   return a < b ? a : b;
+}
+
+// Elements of one packed panel: ceil(k / 2) pairs of rows of k, 16 columns each (as
+// narrow_packed_bf16_elements counts them; not called here, being a header's inline function).
+int64_t panel_elements(int64_t k) {
+  return (k + 1) / 2 * 2 * kNarrowGemmPanel;
 }
 
 // Lanes [0, count) of 16.
@@ -96,9 +102,10 @@ void strip(const uint16_t* x, int64_t ldx, int rows, int64_t k, const uint16_t* 
   const __m512 zero = _mm512_setzero_ps();
   for (int r = 0; r < rows; ++r) {
     for (int q = 0; q < P; ++q) {
-      // max(0, v) returns its second operand when either is NaN: NaN stays NaN. The fp32 sum is
-      // rounded to bfloat16 once, to nearest even, as eager rounds its GEMM's output.
-      const __m512 v = relu ? _mm512_max_ps(zero, acc[r][q]) : acc[r][q];
+      // max(0, v) returns its second operand when either is NaN: NaN stays NaN (the zero-masked
+      // form with every lane set: GCC 12's _mm512_max_ps warns on its undefined pass-through). The
+      // fp32 sum is rounded to bfloat16 once, to nearest even, as eager rounds its GEMM's output.
+      const __m512 v = relu ? _mm512_maskz_max_ps(0xffff, zero, acc[r][q]) : acc[r][q];
       const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
       _mm256_mask_storeu_epi16(out + r * ldo + 16 * q, first_lanes(cols - 16 * q), h);
     }
@@ -108,8 +115,8 @@ void strip(const uint16_t* x, int64_t ldx, int rows, int64_t k, const uint16_t* 
 }  // namespace
 
 void pack_narrow_weight_bf16(const uint16_t* w, int64_t ldw, int64_t n, int64_t k, uint16_t* packed) {
-  const int64_t pairs = (k + 1) / 2, panel_stride = pairs * 2 * kNarrowGemmPanel;
-  std::memset(packed, 0, narrow_packed_bf16_elements(n, k) * sizeof(uint16_t));
+  const int64_t panel_stride = panel_elements(k);
+  std::memset(packed, 0, (n + kNarrowGemmPanel - 1) / kNarrowGemmPanel * panel_stride * sizeof(uint16_t));
   for (int64_t c = 0; c < n; ++c) {
     uint16_t* column = packed + (c / kNarrowGemmPanel) * panel_stride + (c % kNarrowGemmPanel) * 2;
     for (int64_t kk = 0; kk < k; ++kk) {
@@ -121,7 +128,7 @@ void pack_narrow_weight_bf16(const uint16_t* w, int64_t ldw, int64_t n, int64_t 
 void narrow_gemm_act_bf16(
     const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed, const float* bias, int64_t n,
     bool relu, uint16_t* out, int64_t ldo) {
-  const int64_t panel_stride = (k + 1) / 2 * 2 * kNarrowGemmPanel;
+  const int64_t panel_stride = panel_elements(k);
   // Row strips outside, column tiles inside: a strip's x rows stay in L1 across every tile.
   uint16_t padded[kTileRows * kNarrowGemmMaxIn];
   for (int64_t r = 0; r < rows; r += kTileRows) {
