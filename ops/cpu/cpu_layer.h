@@ -11,6 +11,7 @@ struct CpuLayer {
   at::Tensor weight_t;   // [K, N]
   OptionalTensor bias;   // [N] or empty
   at::Tensor packed;     // the weight packed for narrow_gemm_act (float32) or narrow_gemm_act_bf16, or undefined
+  at::Tensor onednn_weight;  // [N, K] for oneDNN's inner product (dense, or in its blocked layout), or undefined
   bool widened = false;  // a half-precision layer computed in float32
   bool relu = false;
 };
@@ -19,9 +20,14 @@ struct CpuLayer {
 // native GEMM for it and would emulate one ~10x slower than float32.
 bool computes_widened(at::ScalarType dtype);
 
-// forward_rows: the rows the forward will run, for which the weight is also packed where
-// run_cpu_layer takes a narrow kernel; 0 for the backward, which only multiplies by weight_t.
-CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, int64_t forward_rows);
+// The bytes of one element of the layer's GEMM operands (float32 for widened layers).
+int64_t gemm_element_size(at::ScalarType dtype);
+
+// forward_rows: the rows the forward will run in blocks of block_rows, for which the weight is also
+// packed where run_cpu_layer takes a narrow kernel or oneDNN; 0 for the backward, which only
+// multiplies by weight_t.
+CpuLayer prepare_cpu_layer(
+    const at::Tensor& w, const OptionalTensor& b, bool relu, int64_t forward_rows, int64_t block_rows);
 
 // out_rows = act(x_rows @ layer.weight_t + bias), out_rows in x_rows' dtype.
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows);

@@ -15,18 +15,20 @@ at::Tensor fused_mlp_cpu(
   const int64_t rows = batch_rows(input);
   const size_t depth = weights.size();
   int64_t widest = in_features;
+  for (const at::Tensor& w : weights) {
+    widest = std::max(widest, w.size(0));
+  }
+  const int64_t block = rows_per_block(widest, gemm_element_size(input.scalar_type()));
   std::vector<CpuLayer> layers;
   layers.reserve(depth);
   for (size_t i = 0; i < depth; ++i) {
-    widest = std::max(widest, weights[i].size(0));
-    layers.push_back(prepare_cpu_layer(weights[i], biases.get(i), i + 1 < depth || relu_last, rows));
+    layers.push_back(prepare_cpu_layer(weights[i], biases.get(i), i + 1 < depth || relu_last, rows, block));
   }
   const at::Tensor x = as_rows(input);
   at::Tensor out = at::empty({rows, weights.back().size(0)}, input.options());
   if (rows == 0) {
     return unflatten_rows(out, input);
   }
-  const int64_t block = rows_per_block(widest, layers.front().weight_t.element_size());
 
   for_each_row_chunk(rows, block, [&](int64_t begin, int64_t end) {
     // Two ping-pong buffers, each one block of the widest hidden layer.

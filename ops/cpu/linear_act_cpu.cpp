@@ -1,8 +1,8 @@
 // CPU: act(x @ w.T + b) by row blocks: narrow float32 layers (and widened half-precision ones) by
-// the AVX2 kernel of narrow_gemm.h, bias and ReLU in its registers; the others with the GEMM in
-// ATen's BLAS and bias + ReLU applied to each row block straight after its GEMM, while the block is
-// still in cache. fused_linear_relu's compute-bound float32 layers take one oneDNN inner product
-// instead (below).
+// the AVX2 kernel of narrow_gemm.h, narrow native bfloat16 ones by the AVX-512 BF16 kernel, bias and
+// ReLU in their registers; the others with one GEMM per block (oneDNN's inner product or ATen's
+// BLAS, whichever is faster here: below) and the ReLU applied to each block straight after it,
+// while the block is still in cache.
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/narrow_gemm.h"
 #include "ops/cpu/row_blocks.h"
@@ -33,28 +33,56 @@ bool native_half_gemm(at::ScalarType dtype) {
 }
 
 // A float32 layer with at least this many in-features and multiply-adds is compute-bound enough
-// that one oneDNN inner product over all rows beats row blocks: each block's GEMM repacks the
-// weight, and the output pass that the blocks keep in cache is a small part of such a GEMM.
-// Measured on this project's 2-core AMD EPYC: oneDNN's JIT GEMM ran 1.0-1.3x MKL's sgemm (which
-// eager uses) from 2^28 multiply-adds up (1024x512->1024, 1024x784->2048, 4096x1024->4096) and
-// 0.91-0.96x below 2^26 (256x256->512, 512x256->512): its per-call set-up shows.
+// that one oneDNN inner product over all rows beats row blocks: the output pass that the blocks
+// keep in cache is a small part of such a GEMM. Measured on a 2-core AVX2 AMD EPYC: oneDNN's JIT
+// GEMM ran 1.0-1.3x MKL's sgemm (which eager uses) from 2^28 multiply-adds up (1024x512->1024,
+// 1024x784->2048, 4096x1024->4096) and 0.91-0.96x below 2^26 (256x256->512, 512x256->512).
 constexpr int64_t kMinOnednnInFeatures = 256;
 constexpr int64_t kMinOnednnMacs = int64_t(1) << 27;
 
-// x2d @ w.T + b by oneDNN (mkldnn::_linear_pointwise, the op behind torch.compile's CPU linear
-// fusions), or nullopt where PyTorch was built without it. Its ReLU post-op is not used: it turns
-// NaN into 0, where torch.relu keeps it.
-std::optional<at::Tensor> onednn_linear(const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b) {
-  static const std::optional<c10::OperatorHandle> op =
-      c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
-  if (!op) {
-    return std::nullopt;
-  }
-  // Called boxed: the schema is the contract here, not the C++ signature of ATen's kernel.
+// Whether the row blocks of the other float32 layers take oneDNN too: on CPUs with AVX-512. On a
+// 2-core AMD EPYC with AVX-512 it beat MKL (whose code there is AVX2) at every block measured,
+// 1.05-1.2x from 256x256->512 to 1024x4096->1024 (fused_mlp 8192x1024-4096 float32: 1.05-1.12x
+// eager by MKL blocks, 1.24-1.30x by oneDNN blocks).
+bool onednn_float32_blocks() {
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
+}
+
+// PyTorch's oneDNN linear ops, absent where it was built without oneDNN. Called boxed: the schemas
+// are the contract here, not the C++ signatures of ATen's kernels.
+const std::optional<c10::OperatorHandle>& onednn_linear_op() {
+  static const auto op = c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+  return op;
+}
+const std::optional<c10::OperatorHandle>& onednn_reorder_op() {
+  static const auto op = c10::Dispatcher::singleton().findSchema({"mkldnn::_reorder_linear_weight", ""});
+  return op;
+}
+bool has_onednn() {
+  return onednn_linear_op() && onednn_reorder_op();
+}
+
+// x2d @ w.T + b by oneDNN's inner product (mkldnn::_linear_pointwise, the op behind
+// torch.compile's CPU linear fusions); w dense [N, K] or packed by onednn_packed_weight. Its ReLU
+// post-op is not used: it turns NaN into 0, where torch.relu keeps it.
+at::Tensor onednn_linear(const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b) {
   torch::jit::Stack stack{
-      x2d.contiguous(), w.contiguous(), b ? c10::IValue(b->contiguous()) : c10::IValue(), c10::IValue("none"),
+      x2d.contiguous(), w, b ? c10::IValue(b->contiguous()) : c10::IValue(), c10::IValue("none"),
       c10::IValue(c10::List<std::optional<c10::Scalar>>()), c10::IValue()};
-  op->callBoxed(&stack);
+  onednn_linear_op()->callBoxed(&stack);
+  return stack.front().toTensor();
+}
+
+// w [N, K] in oneDNN's own blocked layout for `rows`-row inner products: row blocks that share it
+// skip the reorder that each call with a dense weight makes (3-12% of a 1024-row block's GEMM).
+at::Tensor onednn_packed_weight(const at::Tensor& w, int64_t rows) {
+  torch::jit::Stack stack{w.contiguous(), c10::IValue(rows)};
+  onednn_reorder_op()->callBoxed(&stack);
   return stack.front().toTensor();
 }
 
@@ -79,7 +107,12 @@ bool computes_widened(at::ScalarType dtype) {
   return at::isReducedFloatingType(dtype) && !native_half_gemm(dtype);
 }
 
-CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool relu, int64_t forward_rows) {
+int64_t gemm_element_size(at::ScalarType dtype) {
+  return computes_widened(dtype) ? int64_t(sizeof(float)) : int64_t(c10::elementSize(dtype));
+}
+
+CpuLayer prepare_cpu_layer(
+    const at::Tensor& w, const OptionalTensor& b, bool relu, int64_t forward_rows, int64_t block_rows) {
   CpuLayer layer;
   layer.relu = relu;
   // Widened layers keep the fp32 accumulation and round once, when the block is stored.
@@ -120,6 +153,16 @@ CpuLayer prepare_cpu_layer(const at::Tensor& w, const OptionalTensor& b, bool re
     }
   }
 #endif
+  const at::ScalarType gemm_type = layer.weight_t.scalar_type();
+  const bool shared_by_blocks = forward_rows > block_rows;
+  // Native half precision already runs oneDNN (its matmul) through ATen, so it gains only where
+  // row blocks share one packed weight.
+  const bool onednn = (gemm_type == at::kFloat && onednn_float32_blocks()) ||
+      (at::isReducedFloatingType(gemm_type) && shared_by_blocks);
+  if (forward_rows > 0 && !layer.packed.defined() && onednn && has_onednn()) {
+    const at::Tensor w_gemm = layer.weight_t.t();
+    layer.onednn_weight = shared_by_blocks ? onednn_packed_weight(w_gemm, block_rows) : w_gemm.contiguous();
+  }
   return layer;
 }
 
@@ -157,19 +200,22 @@ void run_narrow_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor
 
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows) {
   const at::Tensor lhs = layer.widened ? x_rows.to(at::kFloat) : x_rows;
-  const bool in_place = !layer.widened && out_rows.stride(1) == 1;
-  at::Tensor acc = in_place ? out_rows : at::empty(out_rows.sizes(), lhs.options());
-  if (layer.packed.defined()) {
-    run_narrow_gemm(layer, lhs, acc);  // bias and ReLU included
+  at::Tensor acc;
+  if (layer.onednn_weight.defined()) {
+    acc = onednn_linear(lhs, layer.onednn_weight, layer.bias);  // a new block: the op has no out= form
   } else {
-    if (layer.bias) {
+    const bool in_place = !layer.widened && out_rows.stride(1) == 1;
+    acc = in_place ? out_rows : at::empty(out_rows.sizes(), lhs.options());
+    if (layer.packed.defined()) {
+      run_narrow_gemm(layer, lhs, acc);  // bias and ReLU included
+    } else if (layer.bias) {
       at::addmm_out(acc, *layer.bias, lhs, layer.weight_t);
     } else {
       at::mm_out(acc, lhs, layer.weight_t);
     }
-    if (layer.relu) {
-      at::relu_(acc);  // NaN stays NaN, as in eager; and relu commutes with the rounding below
-    }
+  }
+  if (layer.relu && !layer.packed.defined()) {
+    at::relu_(acc);  // NaN stays NaN, as in eager; and relu commutes with the rounding below
   }
   if (!acc.is_same(out_rows)) {
     out_rows.copy_(acc);
@@ -185,8 +231,8 @@ void run_row_blocks(
   if (out.numel() == 0) {
     return;
   }
-  const CpuLayer layer = prepare_cpu_layer(w, b, relu, x.size(0));
-  const int64_t block = rows_per_block(w.size(0), layer.weight_t.element_size());
+  const int64_t block = rows_per_block(w.size(0), gemm_element_size(w.scalar_type()));
+  const CpuLayer layer = prepare_cpu_layer(w, b, relu, x.size(0), block);
   for_each_row_chunk(x.size(0), block, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r += block) {
       const int64_t n = std::min(block, end - r);
@@ -211,17 +257,16 @@ at::Tensor linear_relu_cpu_2d(
   const int64_t rows = x2d.size(0), out_features = w.size(0);
   const int64_t in_features = x2d.size(1);
   if (x2d.scalar_type() == at::kFloat && in_features >= kMinOnednnInFeatures &&
-      rows * in_features * out_features >= kMinOnednnMacs) {
-    if (std::optional<at::Tensor> out = onednn_linear(x2d, w, b)) {
-      // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
-      parallel_for_with_state(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
-        out->narrow(0, begin, end - begin).relu_();
-        if (epilogue) {
-          (*epilogue)(*out, begin, end - begin);
-        }
-      });
-      return *out;
-    }
+      rows * in_features * out_features >= kMinOnednnMacs && has_onednn()) {
+    at::Tensor out = onednn_linear(x2d, w, b);
+    // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
+    parallel_for_with_state(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
+      out.narrow(0, begin, end - begin).relu_();
+      if (epilogue) {
+        (*epilogue)(out, begin, end - begin);
+      }
+    });
+    return out;
   }
   at::Tensor out = at::empty({rows, out_features}, x2d.options());
   run_row_blocks(x2d, w, b, /*relu=*/true, out, epilogue);

@@ -11,7 +11,7 @@
 namespace hypatia::ops {
 
 // In features (a short strip's zero-padded x rows live on the stack) and out features. Wider layers
-// stay with MKL, whose rate rises with the size while this kernel packs the weight on every call.
+// stay with MKL or oneDNN, whose rate rises with the size while this kernel packs the weight on every call.
 constexpr int64_t kNarrowGemmMaxIn = 256;
 constexpr int64_t kNarrowGemmMaxOut = 256;
 constexpr int64_t kNarrowGemmPanel = 16;  // output columns per packed panel

@@ -168,15 +168,44 @@ def test_compute_bound_layer_keeps_eager_semantics(device, bias):
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
-@pytest.mark.parametrize("mkn, onednn", [((3000, 300, 520), True), ((256, 256, 512), False), ((4096, 64, 4096), False)])
-def test_cpu_float32_layer_takes_onednn_where_compute_bound(mkn, onednn):
-    """One oneDNN inner product from 256 in_features and 2^27 multiply-adds; MKL by row blocks below."""
+@pytest.mark.parametrize("mkn, compute_bound", [((3000, 300, 520), True), ((256, 256, 512), False), ((4096, 64, 4096), False)])
+def test_cpu_float32_layer_takes_onednn_where_it_is_faster(mkn, compute_bound):
+    """One oneDNN inner product from 256 in_features and 2^27 multiply-adds; below, row blocks by
+    oneDNN where the CPU has AVX-512 (MKL's sgemm is AVX2 code on AMD's), MKL elsewhere."""
     m, k, n = mkn
     x, (w, b) = torch.randn(m, k), layer(k, n, torch.float32, "cpu")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = torch.ops.hypatia.fused_linear_relu(x, w, b)
+    onednn = compute_bound or "avx512f" in cpu_flags()
     assert ("mkldnn::_linear_pointwise" in {e.name for e in prof.events()}) == onednn
     assert rel_error(out, reference_linear_relu(x, w, b)) < TOLERANCE[torch.float32]
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
+    """Wide layers over several row blocks (a short last one) run oneDNN on a weight packed once a
+    call: float32 where the CPU has AVX-512, bfloat16 where oneDNN's GEMM is native. NaN and Inf
+    rows in a later block come out as eager's."""
+    torch.manual_seed(12)
+    x = torch.randn(2500, 200, dtype=torch.float64).to(dtype)
+    x[1500, 3], x[2400, 7] = float("nan"), float("inf")
+    widths = [200, 520, 300, 260]
+    ws, bs = zip(*(layer(i, o, dtype, "cpu", bias=j != 1) for j, (i, o) in enumerate(zip(widths, widths[1:]))))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = torch.ops.hypatia.fused_mlp(x, list(ws), list(bs), True)
+        single = torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])
+    native_bf16 = dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    packed = native_bf16 or (dtype == torch.float32 and "avx512f" in cpu_flags())
+    assert ("mkldnn::_reorder_linear_weight" in {e.name for e in prof.events()}) == packed
+    for got, ref, eager in [
+        (out, reference_mlp(x, ws, bs, True), F.relu(F.linear(F.relu(F.linear(F.relu(F.linear(x, ws[0], bs[0])), ws[1])), ws[2], bs[2]))),
+        (single, reference_linear_relu(x, ws[0], bs[0]), F.relu(F.linear(x, ws[0], bs[0]))),
+    ]:
+        assert torch.equal(got.isnan(), eager.isnan()) and got[1500].isnan().any()
+        assert torch.equal(got.isinf(), eager.isinf())
+        finite = torch.isfinite(ref).all(-1)
+        assert rel_error(got[finite], ref[finite]) < TOLERANCE[dtype]
 
 
 def test_output_is_new_memory(device):
@@ -267,7 +296,8 @@ def test_cpu_narrow_float32_layers_keep_nan_and_inf():
                                          ((4096, 257, 64), False)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_narrow_layers_take_their_own_kernel(mkn, narrow, dtype):
-    """Layers up to 256 wide run no BLAS call (bias and ReLU in the kernel's registers); wider, MKL."""
+    """Layers up to 256 wide run no GEMM library call (bias and ReLU in the kernel's registers); wider,
+    MKL's or oneDNN's."""
     m, k, n = mkn
     if dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported():
         # Not computed in float32 here: the bfloat16 kernel, where the CPU has it and the rows pay for
@@ -276,6 +306,6 @@ def test_cpu_narrow_layers_take_their_own_kernel(mkn, narrow, dtype):
     x, (w, b) = torch.randn(m, k).to(dtype), layer(k, n, dtype, "cpu")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = torch.ops.hypatia.fused_mlp(x, [w], [b], True)
-    gemms = {e.name for e in prof.events()} & {"aten::addmm", "aten::mm"}
+    gemms = {e.name for e in prof.events()} & {"aten::addmm", "aten::mm", "mkldnn::_linear_pointwise"}
     assert (not gemms) == narrow, gemms
     assert rel_error(out, reference_linear_relu(x, w, b)) < TOLERANCE[dtype]
