@@ -40,14 +40,15 @@ bool native_half_gemm(at::ScalarType dtype) {
 constexpr int64_t kMinOnednnInFeatures = 256;
 constexpr int64_t kMinOnednnMacs = int64_t(1) << 27;
 
-// Whether the row blocks of the other float32 layers take oneDNN too: on CPUs with AVX-512. On a
-// 2-core AMD EPYC with AVX-512 it beat MKL (whose code there is AVX2) at every block measured,
-// 1.05-1.2x from 256x256->512 to 1024x4096->1024 (fused_mlp 8192x1024-4096 float32: 1.05-1.12x
-// eager by MKL blocks, 1.24-1.30x by oneDNN blocks).
+// Whether the row blocks of the other float32 layers take oneDNN too: on AMD CPUs with AVX-512,
+// where MKL's sgemm runs AVX2 code. On a 2-core AMD EPYC with AVX-512 oneDNN beat it at every block
+// measured, 1.05-1.27x from 256x256->512 to 1024x4096->1024 (fused_mlp 8192x1024-4096 float32:
+// 1.05-1.12x eager by MKL blocks, 1.24-1.30x by oneDNN blocks); on the GPU machine's Xeon MKL
+// matched or beat it (0.84-1.19x; docs/perf/cpu-2026-11-24-onednn-blocks/).
 bool onednn_float32_blocks() {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512;
+  static const bool amd_avx512 = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
+  return amd_avx512;
 #else
   return false;
 #endif

@@ -171,12 +171,12 @@ def test_compute_bound_layer_keeps_eager_semantics(device, bias):
 @pytest.mark.parametrize("mkn, compute_bound", [((3000, 300, 520), True), ((256, 256, 512), False), ((4096, 64, 4096), False)])
 def test_cpu_float32_layer_takes_onednn_where_it_is_faster(mkn, compute_bound):
     """One oneDNN inner product from 256 in_features and 2^27 multiply-adds; below, row blocks by
-    oneDNN where the CPU has AVX-512 (MKL's sgemm is AVX2 code on AMD's), MKL elsewhere."""
+    oneDNN on AMD CPUs with AVX-512 (where MKL's sgemm runs AVX2 code), by MKL elsewhere."""
     m, k, n = mkn
     x, (w, b) = torch.randn(m, k), layer(k, n, torch.float32, "cpu")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = torch.ops.hypatia.fused_linear_relu(x, w, b)
-    onednn = compute_bound or "avx512f" in cpu_flags()
+    onednn = compute_bound or ONEDNN_FLOAT32_BLOCKS_CPU
     assert ("mkldnn::_linear_pointwise" in {e.name for e in prof.events()}) == onednn
     assert rel_error(out, reference_linear_relu(x, w, b)) < TOLERANCE[torch.float32]
 
@@ -196,7 +196,7 @@ def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
         out = torch.ops.hypatia.fused_mlp(x, list(ws), list(bs), True)
         single = torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])
     native_bf16 = dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    packed = native_bf16 or (dtype == torch.float32 and "avx512f" in cpu_flags())
+    packed = native_bf16 or (dtype == torch.float32 and ONEDNN_FLOAT32_BLOCKS_CPU)
     assert ("mkldnn::_reorder_linear_weight" in {e.name for e in prof.events()}) == packed
     for got, ref, eager in [
         (out, reference_mlp(x, ws, bs, True), F.relu(F.linear(F.relu(F.linear(F.relu(F.linear(x, ws[0], bs[0])), ws[1])), ws[2], bs[2]))),
@@ -218,12 +218,21 @@ def test_output_is_new_memory(device):
 NARROW_KERNEL_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
-def cpu_flags():
+def cpu_info(key):
+    """The first value of `key` in /proc/cpuinfo ("flags", "vendor_id"), or "" where it is not found."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return set()
-    return next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == key), "")
+
+
+def cpu_flags():
+    return set(cpu_info("flags").split())
+
+
+# Where float32 row blocks run oneDNN rather than MKL (ops/cpu/linear_act_cpu.cpp).
+ONEDNN_FLOAT32_BLOCKS_CPU = cpu_info("vendor_id") == "AuthenticAMD" and "avx512f" in cpu_flags()
 
 
 # The narrow bfloat16 kernel (ops/cpu/narrow_gemm_avx512bf16.cpp) runs where oneDNN's GEMM is native
