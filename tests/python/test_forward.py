@@ -185,8 +185,10 @@ def test_cpu_float32_layer_takes_onednn_where_it_is_faster(mkn, compute_bound):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
     """Wide layers over several row blocks (a short last one) run oneDNN on a weight packed once a
-    call: float32 where the CPU has AVX-512, bfloat16 where oneDNN's GEMM is native. NaN and Inf
-    rows in a later block come out as eager's."""
+    call: float32 on AMD CPUs with AVX-512, bfloat16 where oneDNN's GEMM is native. NaN and Inf rows
+    in a later block come out where float64 has them. Not compared with eager's: on a Xeon with AMX,
+    eager's bfloat16 linear also made the row before each of them NaN (a finite row; oneDNN's inner
+    product with a packed weight did not; docs/perf/cpu-2026-11-24-onednn-blocks/nan_diag-xeon.log)."""
     torch.manual_seed(12)
     x = torch.randn(2500, 200, dtype=torch.float64).to(dtype)
     x[1500, 3], x[2400, 7] = float("nan"), float("inf")
@@ -198,14 +200,11 @@ def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
     native_bf16 = dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     packed = native_bf16 or (dtype == torch.float32 and ONEDNN_FLOAT32_BLOCKS_CPU)
     assert ("mkldnn::_reorder_linear_weight" in {e.name for e in prof.events()}) == packed
-    for got, ref, eager in [
-        (out, reference_mlp(x, ws, bs, True), F.relu(F.linear(F.relu(F.linear(F.relu(F.linear(x, ws[0], bs[0])), ws[1])), ws[2], bs[2]))),
-        (single, reference_linear_relu(x, ws[0], bs[0]), F.relu(F.linear(x, ws[0], bs[0]))),
-    ]:
-        assert torch.equal(got.isnan(), eager.isnan()) and got[1500].isnan().any()
-        assert torch.equal(got.isinf(), eager.isinf())
+    for got, ref in [(out, reference_mlp(x, ws, bs, True)), (single, reference_linear_relu(x, ws[0], bs[0]))]:
+        assert torch.equal(got.isnan(), ref.isnan()) and got[1500].isnan().all()
+        assert torch.equal(got.isinf(), ref.isinf())
         finite = torch.isfinite(ref).all(-1)
-        assert rel_error(got[finite], ref[finite]) < TOLERANCE[dtype]
+        assert finite.sum() == 2498 and rel_error(got[finite], ref[finite]) < TOLERANCE[dtype]
 
 
 def test_output_is_new_memory(device):
