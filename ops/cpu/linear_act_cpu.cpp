@@ -42,9 +42,10 @@ constexpr int64_t kMinOnednnMacs = int64_t(1) << 27;
 
 // Whether the row blocks of the other float32 layers take oneDNN too: on AMD CPUs with AVX-512,
 // where MKL's sgemm runs AVX2 code. On a 2-core AMD EPYC with AVX-512 oneDNN beat it at every block
-// measured, 1.05-1.27x from 256x256->512 to 1024x4096->1024 (fused_mlp 8192x1024-4096 float32:
-// 1.05-1.12x eager by MKL blocks, 1.24-1.30x by oneDNN blocks); on the GPU machine's Xeon MKL
-// matched or beat it (0.84-1.19x; docs/perf/cpu-2026-11-24-onednn-blocks/).
+// measured from 256x256->512 to 1024x4096->1024, 1.07-1.27x with the weight packed (0.99-1.21x
+// dense; fused_mlp 8192x1024-4096 float32 forward: 1.07-1.09x eager by MKL blocks, 1.22-1.27x by
+// oneDNN's); on the GPU machine's Xeon it gained nothing consistent (0.84-1.19x MKL).
+// docs/perf/cpu-2026-11-24-onednn-blocks/ has the logs.
 bool onednn_float32_blocks() {
 #if defined(__x86_64__)
   static const bool amd_avx512 = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
@@ -80,7 +81,8 @@ at::Tensor onednn_linear(const at::Tensor& x2d, const at::Tensor& w, const Optio
 }
 
 // w [N, K] in oneDNN's own blocked layout for `rows`-row inner products: row blocks that share it
-// skip the reorder that each call with a dense weight makes (3-12% of a 1024-row block's GEMM).
+// skip the reorder that each call with a dense weight makes (1-7% of a 1024-row block's GEMM on the
+// EPYC, 17-37% of a bfloat16 one's on the Xeon's AMX).
 at::Tensor onednn_packed_weight(const at::Tensor& w, int64_t rows) {
   torch::jit::Stack stack{w.contiguous(), c10::IValue(rows)};
   onednn_reorder_op()->callBoxed(&stack);
