@@ -186,12 +186,14 @@ def test_cpu_float32_layer_takes_onednn_where_it_is_faster(mkn, compute_bound):
 def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
     """Wide layers over several row blocks (a short last one) run oneDNN on a weight packed once a
     call: float32 on AMD CPUs with AVX-512, bfloat16 where oneDNN's GEMM is native. NaN and Inf rows
-    in a later block come out where float64 has them. Not compared with eager's: on a Xeon with AMX,
-    eager's bfloat16 linear also made the row before each of them NaN (a finite row; oneDNN's inner
-    product with a packed weight did not; docs/perf/cpu-2026-11-24-onednn-blocks/nan_diag-xeon.log)."""
+    in a later block come out where float64 has them. On CPUs with AMX, oneDNN's bfloat16 GEMMs
+    (eager's too) can also make rows just before a NaN or Inf row NaN, each layer one more, depending
+    on the thread count (docs/perf/cpu-2026-11-24-onednn-blocks/nan_diag-xeon-2.log); only there are
+    such rows let through, and no others."""
     torch.manual_seed(12)
     x = torch.randn(2500, 200, dtype=torch.float64).to(dtype)
-    x[1500, 3], x[2400, 7] = float("nan"), float("inf")
+    poisoned = [1500, 2400]
+    x[poisoned[0], 3], x[poisoned[1], 7] = float("nan"), float("inf")
     widths = [200, 520, 300, 260]
     ws, bs = zip(*(layer(i, o, dtype, "cpu", bias=j != 1) for j, (i, o) in enumerate(zip(widths, widths[1:]))))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -200,11 +202,16 @@ def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
     native_bf16 = dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     packed = native_bf16 or (dtype == torch.float32 and ONEDNN_FLOAT32_BLOCKS_CPU)
     assert ("mkldnn::_reorder_linear_weight" in {e.name for e in prof.events()}) == packed
-    for got, ref in [(out, reference_mlp(x, ws, bs, True)), (single, reference_linear_relu(x, ws[0], bs[0]))]:
-        assert torch.equal(got.isnan(), ref.isnan()) and got[1500].isnan().all()
-        assert torch.equal(got.isinf(), ref.isinf())
+    amx_bleed = native_bf16 and "amx_bf16" in cpu_flags()
+    for got, ref, depth in [(out, reference_mlp(x, ws, bs, True), len(ws)), (single, reference_linear_relu(x, ws[0], bs[0]), 1)]:
+        assert (got.isnan() | ~ref.isnan()).all() and torch.equal(got.isinf(), ref.isinf())
+        extra = (got.isnan() & ~ref.isnan()).any(-1).nonzero().flatten().tolist()
+        allowed = {p - d for p in poisoned for d in range(1, depth + 1)} if amx_bleed else set()
+        assert set(extra) <= allowed, f"NaN in rows {extra}, where float64 has finite values"
+        assert got[poisoned[0]].isnan().all()
         finite = torch.isfinite(ref).all(-1)
-        assert finite.sum() == 2498 and rel_error(got[finite], ref[finite]) < TOLERANCE[dtype]
+        finite[extra] = False
+        assert finite.sum() >= 2498 - len(allowed) and rel_error(got[finite], ref[finite]) < TOLERANCE[dtype]
 
 
 def test_output_is_new_memory(device):
