@@ -4,22 +4,12 @@ share their names), so run it alternately:
 
     for r in 1 2; do for lib in before.so after.so; do python ab_ops.py $lib; done; done
 """
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-
-def median_ms(fn, calls):
-    fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+from gemm_backends import median_ms  # this directory's
 
 
 def report(name, hyp, eager):
