@@ -162,7 +162,8 @@ CpuLayer prepare_cpu_layer(
   // row blocks share one packed weight.
   const bool onednn = (gemm_type == at::kFloat && onednn_float32_blocks()) ||
       (at::isReducedFloatingType(gemm_type) && shared_by_blocks);
-  if (forward_rows > 0 && !layer.packed.defined() && onednn && has_onednn()) {
+  // oneDNN has no inner product over zero in-features.
+  if (forward_rows > 0 && w.size(1) > 0 && !layer.packed.defined() && onednn && has_onednn()) {
     const at::Tensor w_gemm = layer.weight_t.t();
     layer.onednn_weight = shared_by_blocks ? onednn_packed_weight(w_gemm, block_rows) : w_gemm.contiguous();
   }

@@ -107,9 +107,14 @@ def test_empty_batch_and_zero_features(device):
         assert torch.ops.hypatia.fused_linear_relu(x, w0, torch.randn(0, device=device)).shape == (4, 0)
         out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w0, None)
         assert out.shape == (4, 0) and mask.shape == (4, 0)
-    # in_features == 0: the output is relu(bias), as in eager.
-    x0, w0, b0 = torch.randn(4, 0, device=device), torch.randn(3, 0, device=device), torch.randn(3, device=device)
-    torch.testing.assert_close(torch.ops.hypatia.fused_linear_relu(x0, w0, b0), F.relu(F.linear(x0, w0, b0)))
+    # in_features == 0: the output is relu(bias), as in eager; narrow and wide layers, with a bias or not.
+    for out_f in (3, 300):
+        x0, w0, b0 = torch.randn(4, 0, device=device), torch.randn(out_f, 0, device=device), torch.randn(out_f, device=device)
+        for bias in (b0, None):
+            torch.testing.assert_close(torch.ops.hypatia.fused_linear_relu(x0, w0, bias), F.relu(F.linear(x0, w0, bias)))
+        w1 = torch.randn(2, out_f, device=device)
+        torch.testing.assert_close(torch.ops.hypatia.fused_mlp(x0, [w0, w1], [None, b0[:2]], True),
+                                   F.relu(F.linear(F.relu(F.linear(x0, w0)), w1, b0[:2])))
 
 
 def test_nan_and_inf_propagate_as_in_eager(device):
