@@ -86,11 +86,13 @@ std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
   return {std::move(grad), std::move(grad_bias)};
 }
 
+std::pair<at::Tensor, at::Tensor> aten_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  return std::pair{grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
+}
+
 const BackwardGemms aten_gemms{
     [](const at::Tensor& grad2d, const at::Tensor& w) { return grad2d.mm(w); },
-    [](const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
-      return std::pair{grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
-    },
+    aten_weight_grads,
     [](const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
       return relu_backward_and_bias_grad(grad2d.mm(w), relu_out2d, bias_grad);
     }};

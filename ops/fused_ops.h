@@ -62,6 +62,8 @@ struct BackwardGemms {
 // caller's temporary (a GEMM's output) and is overwritten unless autograd records the call.
 std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
     at::Tensor grad2d, const at::Tensor& relu_out2d, bool bias_grad);
+// The weight gradient grad2d.T @ h2d and, when bias_grad, the bias gradient, by ATen ops.
+std::pair<at::Tensor, at::Tensor> aten_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
 // ATen ops, so differentiable.
 extern const BackwardGemms aten_gemms;
 #ifdef HYPATIA_WITH_CUDA

@@ -29,6 +29,10 @@ int64_t gemm_element_size(at::ScalarType dtype);
 CpuLayer prepare_cpu_layer(
     const at::Tensor& w, const OptionalTensor& b, bool relu, int64_t forward_rows, int64_t block_rows);
 
+// grad2d [M, N] @ w [N, K], a wide layer's input gradient: by oneDNN where its float32 row blocks
+// take it, by ATen's mm elsewhere.
+at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w);
+
 // out_rows = act(x_rows @ layer.weight_t + bias), out_rows in x_rows' dtype.
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows);
 

@@ -170,6 +170,16 @@ CpuLayer prepare_cpu_layer(
   return layer;
 }
 
+at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
+  // On the AMD EPYC, 8192-row gradients by [4096, 1024] and [1024, 4096] weights: 1.07-1.18x MKL's
+  // mm, with the copy of w.T (backward_gemms.log in docs/perf/cpu-2026-11-24-onednn-blocks/). Not
+  // over zero out-features, where oneDNN has no inner product.
+  if (grad2d.scalar_type() == at::kFloat && onednn_float32_blocks() && w.size(0) > 0 && has_onednn()) {
+    return onednn_linear(grad2d, w.t().contiguous(), std::nullopt);
+  }
+  return grad2d.mm(w);
+}
+
 namespace {
 
 // run_cpu_layer's narrow kernel (float32, or bfloat16 where the weight was packed as such), its rows

@@ -20,6 +20,24 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", DEVICES, ids=[d.replace(":", "") for d in DEVICES])
 
 
+def cpu_info(key):
+    """The first value of `key` in /proc/cpuinfo ("flags", "vendor_id"), or "" where it is not found."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == key), "")
+
+
+def cpu_flags():
+    return set(cpu_info("flags").split())
+
+
+# Where float32 row blocks and wide layers' input gradients run oneDNN rather than MKL
+# (ops/cpu/linear_act_cpu.cpp).
+ONEDNN_FLOAT32_BLOCKS_CPU = cpu_info("vendor_id") == "AuthenticAMD" and "avx512f" in cpu_flags()
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64."""
     return ((out.double().cpu() - ref.double().cpu()).norm() / ref.double().cpu().norm()).item()

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TOLERANCE, rel_error
+from conftest import ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, cpu_flags, rel_error
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 SHAPES = [  # (input shape, out_features)
@@ -227,23 +227,6 @@ def test_output_is_new_memory(device):
 
 
 NARROW_KERNEL_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-
-
-def cpu_info(key):
-    """The first value of `key` in /proc/cpuinfo ("flags", "vendor_id"), or "" where it is not found."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == key), "")
-
-
-def cpu_flags():
-    return set(cpu_info("flags").split())
-
-
-# Where float32 row blocks run oneDNN rather than MKL (ops/cpu/linear_act_cpu.cpp).
-ONEDNN_FLOAT32_BLOCKS_CPU = cpu_info("vendor_id") == "AuthenticAMD" and "avx512f" in cpu_flags()
 
 
 # The narrow bfloat16 kernel (ops/cpu/narrow_gemm_avx512bf16.cpp) runs where oneDNN's GEMM is native

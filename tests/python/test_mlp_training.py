@@ -5,7 +5,7 @@ masks, and against eager autograd; the gradients asked for only; NaN; zero rows;
 import pytest
 import torch
 
-from conftest import TOLERANCE, eager_mlp, make_mlp, rel_error
+from conftest import ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, eager_mlp, make_mlp, rel_error
 
 
 def reference_backward_rounded(gout, x, ws, has_bias, outputs, relu_last):
@@ -203,7 +203,7 @@ def test_opcheck_backward_op(device, dtype):
 @pytest.mark.parametrize("width, blocked", [(64, True), (300, False)])
 def test_cpu_narrow_backward_runs_by_blocks(width, blocked):
     """Narrow layers go back block by block (no ATen ReLU backward over whole layers); layers
-    wider than 256 take the per-layer path."""
+    wider than 256 take the per-layer path, whose input gradients run oneDNN on AMD CPUs with AVX-512."""
     torch.manual_seed(15)
     x = random((3000, 64), torch.float32, "cpu")
     ws, bs = make_mlp([64, width, 64], torch.float32, device="cpu")
@@ -213,3 +213,4 @@ def test_cpu_narrow_backward_runs_by_blocks(width, blocked):
         torch.ops.hypatia._fused_mlp_backward(gout, x, ws, outputs[:1], [True, True], False, True, True)
     names = {e.name for e in prof.events()}
     assert ("aten::threshold_backward" in names) != blocked, sorted(names)
+    assert ("mkldnn::_linear_pointwise" in names) == (not blocked and ONEDNN_FLOAT32_BLOCKS_CPU), sorted(names)
