@@ -172,9 +172,12 @@ CpuLayer prepare_cpu_layer(
 
 at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
   // On the AMD EPYC, 8192-row gradients by [4096, 1024] and [1024, 4096] weights: 1.07-1.18x MKL's
-  // mm, with the copy of w.T (backward_gemms.log in docs/perf/cpu-2026-11-24-onednn-blocks/). Not
-  // over zero out-features, where oneDNN has no inner product.
-  if (grad2d.scalar_type() == at::kFloat && onednn_float32_blocks() && w.size(0) > 0 && has_onednn()) {
+  // mm, with the copy of w.T (backward_gemms.log in docs/perf/cpu-2026-11-24-onednn-blocks/); but
+  // fused_linear_relu 256x256->512 forward+backward lost 3-10% with it (dgrad_ab_small.log), so only
+  // compute-bound ones. Not over zero out-features, where oneDNN has no inner product.
+  const int64_t macs = grad2d.size(0) * w.size(0) * w.size(1);
+  if (grad2d.scalar_type() == at::kFloat && onednn_float32_blocks() && w.size(0) > 0 && macs >= kMinOnednnMacs &&
+      has_onednn()) {
     return onednn_linear(grad2d, w.t().contiguous(), std::nullopt);
   }
   return grad2d.mm(w);

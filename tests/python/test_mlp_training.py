@@ -203,12 +203,13 @@ def test_opcheck_backward_op(device, dtype):
 @pytest.mark.parametrize("width, blocked", [(64, True), (300, False)])
 def test_cpu_narrow_backward_runs_by_blocks(width, blocked):
     """Narrow layers go back block by block (no ATen ReLU backward over whole layers); layers
-    wider than 256 take the per-layer path, whose input gradients run oneDNN on AMD CPUs with AVX-512."""
+    wider than 256 take the per-layer path, whose input gradients run oneDNN on AMD CPUs with AVX-512
+    (from 2^27 multiply-adds: here 8000 x 64 x 300)."""
     torch.manual_seed(15)
-    x = random((3000, 64), torch.float32, "cpu")
+    x = random((8000, 64), torch.float32, "cpu")
     ws, bs = make_mlp([64, width, 64], torch.float32, device="cpu")
     outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, False)
-    gout = random((3000, 64), torch.float32, "cpu")
+    gout = random((8000, 64), torch.float32, "cpu")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         torch.ops.hypatia._fused_mlp_backward(gout, x, ws, outputs[:1], [True, True], False, True, True)
     names = {e.name for e in prof.events()}
