@@ -1,6 +1,4 @@
 """Forward results of both ops against eager PyTorch in float64, on random data."""
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
