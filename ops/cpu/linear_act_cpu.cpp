@@ -70,7 +70,7 @@ bool has_onednn() {
 }
 
 // x2d @ w.T + b by oneDNN's inner product (mkldnn::_linear_pointwise, the op behind
-// torch.compile's CPU linear fusions); w dense [N, K] or packed by onednn_packed_weight. Its ReLU
+// torch.compile's CPU linear fusions); w contiguous [N, K] or packed by onednn_packed_weight. Its ReLU
 // post-op is not used: it turns NaN into 0, where torch.relu keeps it.
 at::Tensor onednn_linear(const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b) {
   torch::jit::Stack stack{
@@ -275,7 +275,7 @@ at::Tensor linear_relu_cpu_2d(
   const int64_t in_features = x2d.size(1);
   if (x2d.scalar_type() == at::kFloat && in_features >= kMinOnednnInFeatures &&
       rows * in_features * out_features >= kMinOnednnMacs && has_onednn()) {
-    at::Tensor out = onednn_linear(x2d, w, b);
+    at::Tensor out = onednn_linear(x2d, w.contiguous(), b);
     // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
     parallel_for_with_state(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
       out.narrow(0, begin, end - begin).relu_();
