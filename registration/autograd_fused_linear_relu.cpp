@@ -41,13 +41,17 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
     const at::Tensor& relu_mask = saved[2];
     const bool input_grad = ctx->needs_input_grad(0), weight_grad = ctx->needs_input_grad(1);
     const bool bias_grad = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2);
-    const std::vector<at::Tensor> grads =
-        at::GradMode::is_enabled()
-            ? ops::fused_linear_relu_backward_with(
-                  differentiable_mask_backward, ops::aten_gemms, grad_outputs[0], input, weight, relu_mask,
-                  input_grad, weight_grad, bias_grad)
-            : op_calls::fused_linear_relu_backward(
-                  grad_outputs[0], input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+    std::vector<at::Tensor> grads;
+    if (at::GradMode::is_enabled()) {
+      grads = ops::fused_linear_relu_backward_with(
+          differentiable_mask_backward, ops::aten_gemms, grad_outputs[0], input, weight, relu_mask, input_grad,
+          weight_grad, bias_grad);
+    } else {
+      // Nothing to record: straight to the backend kernel, past the private op's Autograd fallback.
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      grads = op_calls::fused_linear_relu_backward(
+          grad_outputs[0], input, weight, relu_mask, input_grad, weight_grad, bias_grad);
+    }
     auto next = grads.begin();
     variable_list result(3);
     for (const auto& [slot, wanted] : {std::pair{0, input_grad}, std::pair{1, weight_grad}, std::pair{2, bias_grad}}) {

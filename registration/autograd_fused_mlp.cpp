@@ -68,6 +68,8 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     }
     const bool input_grad = ctx->needs_input_grad(0);
     // [grad_weights..., grad_biases (present)...] when params_grad, then grad_input: the slot order.
+    // Nothing to record: straight to the backend kernel, past the private op's Autograd fallback.
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
     std::vector<at::Tensor> grads = op_calls::fused_mlp_backward(
         grad_outputs[0], saved[0], weights, outputs, has_bias, relu_last, input_grad, params_grad);
     variable_list result(slots + 2);

@@ -11,6 +11,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/clamp_min.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
 #include <ATen/Parallel.h>
@@ -231,10 +232,15 @@ void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& 
       at::mm_out(acc, lhs, layer.weight_t);
     }
   }
+  const bool copy = !acc.is_same(out_rows);
   if (layer.relu && !layer.packed.defined()) {
-    at::relu_(acc);  // NaN stays NaN, as in eager; and relu commutes with the rounding below
+    if (copy && acc.scalar_type() == out_rows.scalar_type()) {
+      at::clamp_min_out(out_rows, acc, 0);  // torch.relu's own op (NaN stays NaN), and the copy, in one pass
+      return;
+    }
+    at::relu_(acc);  // relu commutes with the rounding below
   }
-  if (!acc.is_same(out_rows)) {
+  if (copy) {
     out_rows.copy_(acc);
   }
 }
@@ -273,8 +279,14 @@ at::Tensor linear_relu_cpu_2d(
     const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b, std::optional<RowsEpilogue> epilogue) {
   const int64_t rows = x2d.size(0), out_features = w.size(0);
   const int64_t in_features = x2d.size(1);
-  if (x2d.scalar_type() == at::kFloat && in_features >= kMinOnednnInFeatures &&
-      rows * in_features * out_features >= kMinOnednnMacs && has_onednn()) {
+  // One inner product over all rows, whose output is the op's: for compute-bound layers, and where
+  // the row blocks would run oneDNN anyway (not the narrow kernel) but the rows fit one block (the
+  // block's copy saved).
+  const bool compute_bound = in_features >= kMinOnednnInFeatures && rows * in_features * out_features >= kMinOnednnMacs;
+  const bool narrow = out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
+  const bool one_onednn_block = onednn_float32_blocks() && !narrow && rows > 0 && in_features > 0 &&
+      rows <= rows_per_block(out_features, sizeof(float));
+  if (x2d.scalar_type() == at::kFloat && (compute_bound || one_onednn_block) && has_onednn()) {
     at::Tensor out = onednn_linear(x2d, w.contiguous(), b);
     // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
     parallel_for_with_state(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {

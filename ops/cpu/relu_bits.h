@@ -1,5 +1,9 @@
 #pragma once
 // Applying a ReLU bit mask (layout in ops/checks.h) to gradients on the CPU.
+#if defined(HYPATIA_WITH_AVX512_RELU_BITS)
+#include "ops/cpu/relu_bits_avx512.h"
+#endif
+
 #include <array>
 #include <cstdint>
 #include <type_traits>
@@ -33,6 +37,12 @@ const std::array<std::array<U, 8>, 256>& expanded_masks() {
 // patterns ANDed, as threshold_backward writes +0). in == out works in place.
 template <typename U>
 void apply_relu_bits(const uint8_t* bits, const U* in, U* out, int64_t count) {
+#if defined(HYPATIA_WITH_AVX512_RELU_BITS)
+  if (relu_bits_avx512_supported()) {
+    apply_relu_bits_avx512(bits, in, out, count, static_cast<int>(sizeof(U)));
+    return;
+  }
+#endif
   const auto& masks = expanded_masks<U>();
   int64_t c = 0;
 #if defined(__SSE2__)

@@ -18,6 +18,7 @@
 #endif
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace hypatia::ops {
 namespace {
@@ -86,7 +87,36 @@ uint8_t mask_byte(const T* o, int64_t count) {
   return v;
 }
 
+// The mask bytes of one row o[0, cols), zero-padded to row_bytes.
+template <typename T>
+void pack_row(const T* o, int64_t cols, uint8_t* b, int64_t row_bytes) {
+#if defined(HYPATIA_WITH_AVX512_RELU_BITS)
+  if (relu_bits_avx512_supported()) {
+    const ReluBitsElement element = std::is_same_v<T, double> ? ReluBitsElement::kFloat64
+        : std::is_same_v<T, float>                             ? ReluBitsElement::kFloat32
+        : std::is_same_v<T, c10::BFloat16>                     ? ReluBitsElement::kBFloat16
+                                                               : ReluBitsElement::kFloat16;
+    pack_relu_bits_avx512(o, cols, element, b);
+    const int64_t used = (cols + 7) / 8;
+    std::memset(b + used, 0, static_cast<size_t>(row_bytes - used));
+    return;
+  }
+#endif
+  for (int64_t byte = 0; byte < row_bytes; ++byte) {
+    const int64_t at = byte * 8;
+    b[byte] = at < cols ? mask_byte(o + at, std::min<int64_t>(8, cols - at)) : 0;
+  }
+}
+
 }  // namespace
+
+#if defined(HYPATIA_WITH_AVX512_RELU_BITS)
+// Here, not beside the kernels: code of their file may hold AVX-512 instructions.
+bool relu_bits_avx512_supported() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return supported;
+}
+#endif
 
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cpu(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
@@ -100,12 +130,7 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cpu(
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out2d.scalar_type(), "fused_linear_relu_masked_cpu", [&] {
       const scalar_t* out_ptr = out2d.const_data_ptr<scalar_t>();
       for (int64_t r = first; r < first + count; ++r) {
-        const scalar_t* o = out_ptr + r * cols;
-        uint8_t* b = bits_ptr + r * row_bytes;
-        for (int64_t byte = 0; byte < row_bytes; ++byte) {
-          const int64_t at = byte * 8;
-          b[byte] = at < cols ? mask_byte(o + at, std::min<int64_t>(8, cols - at)) : 0;
-        }
+        pack_row(out_ptr + r * cols, cols, bits_ptr + r * row_bytes, row_bytes);
       }
     });
   };

@@ -37,6 +37,38 @@ def test_training_forward_mask_is_where_eagers_relu_passes_the_gradient(device, 
     assert torch.equal(unpack_relu_mask(mask, n), ~(out.cpu() <= 0))
 
 
+# Widths around every vector length of the CPU's mask passes (8 and 16 lanes of SSE2 / AVX-512,
+# 32 of 16-bit AVX-512), so that full vectors and every kind of tail are covered.
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_mask_bits_at_every_tail_and_special_value(device, dtype, n):
+    # The identity weight passes each row's values through the GEMM unchanged (x + 0s): negatives,
+    # +-0, +Inf, both NaNs. Row 3's -Inf makes it NaN (-Inf * 0), the way a GEMM spreads it.
+    torch.manual_seed(n)
+    specials = torch.tensor([-0.0, 0.0, float("inf"), float("nan"), -float("nan"), -1.5, 2.0], dtype=dtype)
+    x = torch.randn(6, n, dtype=dtype)
+    x[0] = specials[torch.arange(n) % len(specials)]
+    x[1, : n // 2] = float("nan")
+    x[2] = -x[2].abs()
+    x[3, 0] = -float("inf")
+    x, w = x.to(device), torch.eye(n, dtype=dtype, device=device)
+    out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, None)
+    passes = ~(out.cpu() <= 0)
+    assert torch.equal(unpack_relu_mask(mask, n), passes)
+    # Bits past n, in the rest of the row's bytes, are clear.
+    bits = (mask.cpu().unsqueeze(-1) >> torch.arange(8, dtype=torch.uint8)) & 1
+    assert bits.reshape(6, -1)[:, n:].sum() == 0
+    # The backward keeps every gradient value (NaN, Inf) where a bit is set and writes +0 elsewhere.
+    grad = torch.randn(6, n, dtype=dtype)
+    grad[:, ::3] = float("nan")
+    grad[:, 1::5] = -float("inf")
+    got = torch.ops.hypatia._relu_mask_backward(grad.to(device), mask).cpu()
+    expected = torch.where(passes, grad, torch.zeros((), dtype=dtype))
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.nan_to_num(), expected.nan_to_num())
+    assert not torch.signbit(got[~passes]).any()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_backward_through_the_mask_bits_matches_eager(device, dtype):
     # 130 outputs (bits padded to 256 per row), 3-D input, a non-contiguous incoming gradient.

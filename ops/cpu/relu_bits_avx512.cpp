@@ -1,0 +1,113 @@
+#include "ops/cpu/relu_bits_avx512.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace hypatia::ops {
+namespace {
+
+// The mask of the first n <= 32 lanes.
+inline uint64_t tail_mask(int64_t n) {
+  return (uint64_t(1) << n) - 1;
+}
+
+inline void store_bits(uint8_t* bits, uint64_t mask, int64_t lanes) {
+  std::memcpy(bits, &mask, static_cast<size_t>((lanes + 7) / 8));  // little-endian: lowest bit first
+}
+
+inline uint64_t load_bits(const uint8_t* bits, int64_t lanes) {
+  uint64_t mask = 0;
+  std::memcpy(&mask, bits, static_cast<size_t>((lanes + 7) / 8));
+  return mask;
+}
+
+// !(v <= 0): the not-less-or-equal compare, unordered (NaN) true.
+inline __mmask16 passes(__mmask16 lanes, const float* o) {
+  return _mm512_mask_cmp_ps_mask(lanes, _mm512_maskz_loadu_ps(lanes, o), _mm512_setzero_ps(), _CMP_NLE_UQ);
+}
+
+inline __mmask8 passes(__mmask8 lanes, const double* o) {
+  return _mm512_mask_cmp_pd_mask(lanes, _mm512_maskz_loadu_pd(lanes, o), _mm512_setzero_pd(), _CMP_NLE_UQ);
+}
+
+// 16-bit floats on their bit patterns as int16: > 0 as an integer (sign clear, not +0: +Inf and +NaN
+// included), or a NaN of either sign (magnitude bits above Inf's).
+inline __mmask32 passes_16(__mmask32 lanes, const uint16_t* o, int16_t inf_bits) {
+  const __m512i v = _mm512_maskz_loadu_epi16(lanes, o);
+  const __mmask32 positive = _mm512_mask_cmpgt_epi16_mask(lanes, v, _mm512_setzero_si512());
+  const __mmask32 nan =
+      _mm512_mask_cmpgt_epi16_mask(lanes, _mm512_and_si512(v, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(inf_bits));
+  return positive | nan;
+}
+
+template <typename T, int kLanes, typename Passes>
+void pack(const T* o, int64_t count, uint8_t* bits, const Passes& passes_of) {
+  int64_t c = 0;
+  for (; c + kLanes <= count; c += kLanes) {
+    store_bits(bits + c / 8, passes_of(tail_mask(kLanes), o + c), kLanes);
+  }
+  if (c < count) {
+    store_bits(bits + c / 8, passes_of(tail_mask(count - c), o + c), count - c);
+  }
+}
+
+}  // namespace
+
+void pack_relu_bits_avx512(const void* o, int64_t count, ReluBitsElement element, uint8_t* bits) {
+  switch (element) {
+    case ReluBitsElement::kFloat64:
+      pack<double, 8>(static_cast<const double*>(o), count, bits,
+                      [](uint64_t lanes, const double* p) { return passes(static_cast<__mmask8>(lanes), p); });
+      break;
+    case ReluBitsElement::kFloat32:
+      pack<float, 16>(static_cast<const float*>(o), count, bits,
+                      [](uint64_t lanes, const float* p) { return passes(static_cast<__mmask16>(lanes), p); });
+      break;
+    case ReluBitsElement::kBFloat16:
+    case ReluBitsElement::kFloat16: {
+      const int16_t inf_bits = element == ReluBitsElement::kBFloat16 ? 0x7f80 : 0x7c00;
+      pack<uint16_t, 32>(static_cast<const uint16_t*>(o), count, bits, [inf_bits](uint64_t lanes, const uint16_t* p) {
+        return passes_16(static_cast<__mmask32>(lanes), p, inf_bits);
+      });
+      break;
+    }
+  }
+}
+
+void apply_relu_bits_avx512(const uint8_t* bits, const void* in, void* out, int64_t count, int element_bytes) {
+  // Lanes not in the mask are zeroed (+0, as threshold_backward writes); lanes past count untouched.
+  auto each = [&](int64_t lanes, auto&& masked_copy) {
+    int64_t c = 0;
+    for (; c + lanes <= count; c += lanes) {
+      masked_copy(c, ~uint64_t(0), load_bits(bits + c / 8, lanes));
+    }
+    if (c < count) {
+      masked_copy(c, tail_mask(count - c), load_bits(bits + c / 8, count - c));
+    }
+  };
+  if (element_bytes == 2) {
+    const auto* src = static_cast<const uint16_t*>(in);
+    auto* dst = static_cast<uint16_t*>(out);
+    each(32, [&](int64_t c, uint64_t lanes, uint64_t keep) {
+      const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(lanes), src + c);
+      _mm512_mask_storeu_epi16(dst + c, static_cast<__mmask32>(lanes), _mm512_maskz_mov_epi16(static_cast<__mmask32>(keep), v));
+    });
+  } else if (element_bytes == 4) {
+    const auto* src = static_cast<const uint32_t*>(in);
+    auto* dst = static_cast<uint32_t*>(out);
+    each(16, [&](int64_t c, uint64_t lanes, uint64_t keep) {
+      const __m512i v = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(lanes), src + c);
+      _mm512_mask_storeu_epi32(dst + c, static_cast<__mmask16>(lanes), _mm512_maskz_mov_epi32(static_cast<__mmask16>(keep), v));
+    });
+  } else {
+    const auto* src = static_cast<const uint64_t*>(in);
+    auto* dst = static_cast<uint64_t*>(out);
+    each(8, [&](int64_t c, uint64_t lanes, uint64_t keep) {
+      const __m512i v = _mm512_maskz_loadu_epi64(static_cast<__mmask8>(lanes), src + c);
+      _mm512_mask_storeu_epi64(dst + c, static_cast<__mmask8>(lanes), _mm512_maskz_mov_epi64(static_cast<__mmask8>(keep), v));
+    });
+  }
+}
+
+}  // namespace hypatia::ops
