@@ -17,6 +17,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/relu.h>
 #include <ATen/core/stack.h>
+#include <ATen/cpu/Utils.h>
 
 #include <optional>
 
@@ -100,9 +101,13 @@ bool narrow_gemm_supported() {
 }
 #endif
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
+// Not where oneDNN's bfloat16 GEMM runs AMX tiles: on the GPU machine's Xeon this kernel took 9.0 ms
+// for the 65536x64->64 training forward that eager's oneDNN GEMM, ReLU and copy did in 5.0
+// (docs/perf/cpu-2026-11-24-mask-avx512/profile-xeon.log).
 bool narrow_gemm_bf16_supported() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+      !at::cpu::get_cpu_capabilities().at("amx_bf16").toBool();
   return supported;
 }
 #endif
@@ -256,6 +261,17 @@ void run_row_blocks(
   }
   const int64_t block = rows_per_block(w.size(0), gemm_element_size(w.scalar_type()));
   const CpuLayer layer = prepare_cpu_layer(w, b, relu, x.size(0), block);
+  if (x.size(0) <= block) {
+    // One block on the caller, whose GEMM used every thread: so does its epilogue (on a 16-core
+    // Xeon, one thread packing a 256x512 ReLU mask took a fifth of the training forward).
+    run_cpu_layer(layer, x, out);
+    if (epilogue) {
+      parallel_for_with_state(0, x.size(0), rows_per_task(w.size(0)), [&](int64_t begin, int64_t end) {
+        (*epilogue)(out, begin, end - begin);
+      });
+    }
+    return;
+  }
   for_each_row_chunk(x.size(0), block, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r += block) {
       const int64_t n = std::min(block, end - r);

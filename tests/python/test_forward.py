@@ -228,8 +228,8 @@ NARROW_KERNEL_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"
 
 
 # The narrow bfloat16 kernel (ops/cpu/narrow_gemm_avx512bf16.cpp) runs where oneDNN's GEMM is native
-# bfloat16 and the CPU has AVX-512 BF16.
-NARROW_BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags()
+# bfloat16 and the CPU has AVX-512 BF16, but not AMX (whose oneDNN GEMM is faster).
+NARROW_BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
 
 
 @pytest.mark.parametrize("rows", [1, 5, 6, 7, 97])
