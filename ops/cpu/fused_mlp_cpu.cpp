@@ -18,7 +18,7 @@ at::Tensor fused_mlp_cpu(
   for (const at::Tensor& w : weights) {
     widest = std::max(widest, w.size(0));
   }
-  const int64_t block = rows_per_block(widest, gemm_element_size(input.scalar_type()));
+  const int64_t block = rows_per_block(widest, gemm_element_size(input.scalar_type()), rows);
   std::vector<CpuLayer> layers;
   layers.reserve(depth);
   for (size_t i = 0; i < depth; ++i) {

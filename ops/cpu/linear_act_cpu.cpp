@@ -259,7 +259,7 @@ void run_row_blocks(
   if (out.numel() == 0) {
     return;
   }
-  const int64_t block = rows_per_block(w.size(0), gemm_element_size(w.scalar_type()));
+  const int64_t block = rows_per_block(w.size(0), gemm_element_size(w.scalar_type()), x.size(0));
   const CpuLayer layer = prepare_cpu_layer(w, b, relu, x.size(0), block);
   if (x.size(0) <= block) {
     // One block on the caller, whose GEMM used every thread: so does its epilogue (on a 16-core
@@ -301,7 +301,7 @@ at::Tensor linear_relu_cpu_2d(
   const bool compute_bound = in_features >= kMinOnednnInFeatures && rows * in_features * out_features >= kMinOnednnMacs;
   const bool narrow = out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
   const bool one_onednn_block = onednn_float32_blocks() && !narrow && rows > 0 && in_features > 0 &&
-      rows <= rows_per_block(out_features, sizeof(float));
+      rows <= rows_per_block(out_features, sizeof(float), rows);
   if (x2d.scalar_type() == at::kFloat && (compute_bound || one_onednn_block) && has_onednn()) {
     at::Tensor out = onednn_linear(x2d, w.contiguous(), b);
     // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
