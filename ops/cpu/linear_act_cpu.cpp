@@ -5,6 +5,7 @@
 // while the block is still in cache.
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/narrow_gemm.h"
+#include "ops/cpu/relu_bits.h"
 #include "ops/cpu/row_blocks.h"
 
 #include "ops/checks.h"
@@ -89,6 +90,30 @@ at::Tensor onednn_packed_weight(const at::Tensor& w, int64_t rows) {
   torch::jit::Stack stack{w.contiguous(), c10::IValue(rows)};
   onednn_reorder_op()->callBoxed(&stack);
   return stack.front().toTensor();
+}
+
+// dst = torch.relu(src) (dst may be src), by the AVX-512 pass where the CPU has it and the
+// tensors are dense and of one dtype (ATen's bfloat16 relu converts each element to float and
+// back), else by ATen's relu, clamp_min (NaN stays NaN, as in eager).
+void relu_into(const at::Tensor& src, at::Tensor& dst) {
+#if defined(HYPATIA_WITH_AVX512_RELU_BITS)
+  const std::optional<ReluBitsElement> element = relu_bits_element(src.scalar_type());
+  if (element && relu_bits_avx512_supported() && src.is_contiguous() && dst.is_contiguous() &&
+      dst.scalar_type() == src.scalar_type()) {
+    const auto* in = static_cast<const char*>(src.const_data_ptr());
+    auto* out = static_cast<char*>(dst.mutable_data_ptr());
+    const int64_t size = src.element_size();
+    at::parallel_for(0, src.numel(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      relu_avx512(in + begin * size, out + begin * size, end - begin, *element);
+    });
+    return;
+  }
+#endif
+  if (src.is_same(dst)) {
+    at::relu_(dst);
+  } else {
+    at::clamp_min_out(dst, src, 0);
+  }
 }
 
 }  // namespace
@@ -240,10 +265,10 @@ void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& 
   const bool copy = !acc.is_same(out_rows);
   if (layer.relu && !layer.packed.defined()) {
     if (copy && acc.scalar_type() == out_rows.scalar_type()) {
-      at::clamp_min_out(out_rows, acc, 0);  // torch.relu's own op (NaN stays NaN), and the copy, in one pass
+      relu_into(acc, out_rows);  // the ReLU and the copy in one pass
       return;
     }
-    at::relu_(acc);  // relu commutes with the rounding below
+    relu_into(acc, acc);  // relu commutes with the rounding below
   }
   if (copy) {
     out_rows.copy_(acc);
@@ -306,7 +331,8 @@ at::Tensor linear_relu_cpu_2d(
     at::Tensor out = onednn_linear(x2d, w.contiguous(), b);
     // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
     parallel_for_with_state(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
-      out.narrow(0, begin, end - begin).relu_();
+      at::Tensor stretch = out.narrow(0, begin, end - begin);
+      relu_into(stretch, stretch);
       if (epilogue) {
         (*epilogue)(out, begin, end - begin);
       }

@@ -4,14 +4,30 @@
 #include "ops/cpu/relu_bits_avx512.h"
 #endif
 
+#include <c10/core/ScalarType.h>
+
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 namespace hypatia::ops {
+
+#if defined(HYPATIA_WITH_AVX512_RELU_BITS)
+// How the AVX-512 passes read elements of `dtype`; nullopt for the dtypes they do not cover.
+inline std::optional<ReluBitsElement> relu_bits_element(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kDouble: return ReluBitsElement::kFloat64;
+    case c10::kFloat: return ReluBitsElement::kFloat32;
+    case c10::kBFloat16: return ReluBitsElement::kBFloat16;
+    case c10::kHalf: return ReluBitsElement::kFloat16;
+    default: return std::nullopt;
+  }
+}
+#endif
 
 // The elements' bit patterns as unsigned integers of their size.
 template <typename T>

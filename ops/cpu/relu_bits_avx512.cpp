@@ -75,6 +75,60 @@ void pack_relu_bits_avx512(const void* o, int64_t count, ReluBitsElement element
   }
 }
 
+void relu_avx512(const void* in, void* out, int64_t count, ReluBitsElement element) {
+  // Lanes [c, c + n): loaded, kept where `keep` says, stored; lanes past count untouched.
+  auto each = [&](int64_t lanes, auto&& relu_lanes) {
+    int64_t c = 0;
+    for (; c + lanes <= count; c += lanes) {
+      relu_lanes(c, tail_mask(lanes));
+    }
+    if (c < count) {
+      relu_lanes(c, tail_mask(count - c));
+    }
+  };
+  switch (element) {
+    case ReluBitsElement::kFloat64: {
+      const auto* src = static_cast<const double*>(in);
+      auto* dst = static_cast<double*>(out);
+      each(8, [&](int64_t c, uint64_t lanes) {
+        const __mmask8 m = static_cast<__mmask8>(lanes);
+        const __m512d v = _mm512_maskz_loadu_pd(m, src + c);
+        const __mmask8 keep = _mm512_mask_cmp_pd_mask(m, v, _mm512_setzero_pd(), _CMP_NLT_UQ);  // !(v < 0)
+        _mm512_mask_storeu_pd(dst + c, m, _mm512_maskz_mov_pd(keep, v));
+      });
+      break;
+    }
+    case ReluBitsElement::kFloat32: {
+      const auto* src = static_cast<const float*>(in);
+      auto* dst = static_cast<float*>(out);
+      each(16, [&](int64_t c, uint64_t lanes) {
+        const __mmask16 m = static_cast<__mmask16>(lanes);
+        const __m512 v = _mm512_maskz_loadu_ps(m, src + c);
+        const __mmask16 keep = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_NLT_UQ);  // !(v < 0)
+        _mm512_mask_storeu_ps(dst + c, m, _mm512_maskz_mov_ps(keep, v));
+      });
+      break;
+    }
+    case ReluBitsElement::kBFloat16:
+    case ReluBitsElement::kFloat16: {
+      const int16_t inf_bits = element == ReluBitsElement::kBFloat16 ? 0x7f80 : 0x7c00;
+      const auto* src = static_cast<const uint16_t*>(in);
+      auto* dst = static_cast<uint16_t*>(out);
+      each(32, [&](int64_t c, uint64_t lanes) {
+        const __mmask32 m = static_cast<__mmask32>(lanes);
+        const __m512i v = _mm512_maskz_loadu_epi16(m, src + c);
+        const __m512i magnitude = _mm512_and_si512(v, _mm512_set1_epi16(0x7fff));
+        // Negative numbers: sign set, magnitude in (0, Inf] (not -0, not a NaN).
+        const __mmask32 negative = _mm512_mask_cmplt_epi16_mask(m, v, _mm512_setzero_si512()) &
+            _mm512_cmpgt_epi16_mask(magnitude, _mm512_setzero_si512()) &
+            _mm512_cmple_epi16_mask(magnitude, _mm512_set1_epi16(inf_bits));
+        _mm512_mask_storeu_epi16(dst + c, m, _mm512_maskz_mov_epi16(~negative, v));
+      });
+      break;
+    }
+  }
+}
+
 void apply_relu_bits_avx512(const uint8_t* bits, const void* in, void* out, int64_t count, int element_bytes) {
   // Lanes not in the mask are zeroed (+0, as threshold_backward writes); lanes past count untouched.
   auto each = [&](int64_t lanes, auto&& masked_copy) {

@@ -18,7 +18,6 @@
 #endif
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 namespace hypatia::ops {
 namespace {
@@ -92,11 +91,7 @@ template <typename T>
 void pack_row(const T* o, int64_t cols, uint8_t* b, int64_t row_bytes) {
 #if defined(HYPATIA_WITH_AVX512_RELU_BITS)
   if (relu_bits_avx512_supported()) {
-    const ReluBitsElement element = std::is_same_v<T, double> ? ReluBitsElement::kFloat64
-        : std::is_same_v<T, float>                             ? ReluBitsElement::kFloat32
-        : std::is_same_v<T, c10::BFloat16>                     ? ReluBitsElement::kBFloat16
-                                                               : ReluBitsElement::kFloat16;
-    pack_relu_bits_avx512(o, cols, element, b);
+    pack_relu_bits_avx512(o, cols, *relu_bits_element(c10::CppTypeToScalarType<T>::value), b);
     const int64_t used = (cols + 7) / 8;
     std::memset(b + used, 0, static_cast<size_t>(row_bytes - used));
     return;

@@ -24,10 +24,13 @@ inline int64_t rows_per_block(int64_t widest, int64_t element_size, int64_t rows
   return std::max(kMinBlockRows, std::min(l2_rows, per_thread));
 }
 
-// Rows per parallel task of an elementwise pass over rows of `cols` elements: 32K elements, ATen's
-// grain for elementwise ops (GRAIN_SIZE), so that such a pass spreads over as many threads as eager's.
+// Elements per parallel task of an elementwise pass: ATen's grain for elementwise ops (GRAIN_SIZE),
+// so that such a pass spreads over as many threads as eager's.
+constexpr int64_t kElementwiseGrain = int64_t(1) << 15;
+
+// The same in rows of `cols` elements.
 inline int64_t rows_per_task(int64_t cols) {
-  return std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, cols));
+  return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, cols));
 }
 
 // at::parallel_for whose tasks run with the caller's thread-local state (grad mode, the dispatch

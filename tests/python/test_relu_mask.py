@@ -37,11 +37,11 @@ def test_training_forward_mask_is_where_eagers_relu_passes_the_gradient(device, 
     assert torch.equal(unpack_relu_mask(mask, n), ~(out.cpu() <= 0))
 
 
-# Widths around every vector length of the CPU's mask passes (8 and 16 lanes of SSE2 / AVX-512,
-# 32 of 16-bit AVX-512), so that full vectors and every kind of tail are covered.
+# Widths around every vector length of the CPU's ReLU and mask passes (8 and 16 lanes of SSE2 /
+# AVX-512, 32 of 16-bit AVX-512), so that full vectors and every kind of tail are covered.
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
-def test_mask_bits_at_every_tail_and_special_value(device, dtype, n):
+def test_relu_and_mask_bits_at_every_tail_and_special_value(device, dtype, n):
     # The identity weight passes each row's values through the GEMM unchanged (x + 0s): negatives,
     # +-0, +Inf, both NaNs. Row 3's -Inf makes it NaN (-Inf * 0), the way a GEMM spreads it.
     torch.manual_seed(n)
@@ -53,6 +53,10 @@ def test_mask_bits_at_every_tail_and_special_value(device, dtype, n):
     x[3, 0] = -float("inf")
     x, w = x.to(device), torch.eye(n, dtype=dtype, device=device)
     out, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, None)
+    # The ReLU itself is eager's: negatives and -Inf to 0, NaN kept (and the inference op agrees).
+    eager = F.relu(F.linear(x, w))
+    for got in (out, torch.ops.hypatia.fused_linear_relu(x, w)):
+        assert torch.equal(got.isnan(), eager.isnan()) and torch.equal(got.nan_to_num(), eager.nan_to_num())
     passes = ~(out.cpu() <= 0)
     assert torch.equal(unpack_relu_mask(mask, n), passes)
     # Bits past n, in the rest of the row's bytes, are clear.
