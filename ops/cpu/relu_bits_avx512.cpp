@@ -12,6 +12,19 @@ inline uint64_t tail_mask(int64_t n) {
   return (uint64_t(1) << n) - 1;
 }
 
+// fn(c, n, lanes) for c = 0, kStep, 2 kStep, ... < count: the step's n elements in [c, count) and
+// their lane mask. Full steps pass the constant kStep, so that their bit loads and stores inline.
+template <int64_t kStep, typename Fn>
+void in_steps(int64_t count, const Fn& fn) {
+  int64_t c = 0;
+  for (; c + kStep <= count; c += kStep) {
+    fn(c, kStep, tail_mask(kStep));
+  }
+  if (c < count) {
+    fn(c, count - c, tail_mask(count - c));
+  }
+}
+
 inline void store_bits(uint8_t* bits, uint64_t mask, int64_t lanes) {
   std::memcpy(bits, &mask, static_cast<size_t>((lanes + 7) / 8));  // little-endian: lowest bit first
 }
@@ -43,13 +56,9 @@ inline __mmask32 passes_16(__mmask32 lanes, const uint16_t* o, int16_t inf_bits)
 
 template <typename T, int kLanes, typename Passes>
 void pack(const T* o, int64_t count, uint8_t* bits, const Passes& passes_of) {
-  int64_t c = 0;
-  for (; c + kLanes <= count; c += kLanes) {
-    store_bits(bits + c / 8, passes_of(tail_mask(kLanes), o + c), kLanes);
-  }
-  if (c < count) {
-    store_bits(bits + c / 8, passes_of(tail_mask(count - c), o + c), count - c);
-  }
+  in_steps<kLanes>(count, [&](int64_t c, int64_t n, uint64_t lanes) {
+    store_bits(bits + c / 8, passes_of(lanes, o + c), n);
+  });
 }
 
 }  // namespace
@@ -76,21 +85,12 @@ void pack_relu_bits_avx512(const void* o, int64_t count, ReluBitsElement element
 }
 
 void relu_avx512(const void* in, void* out, int64_t count, ReluBitsElement element) {
-  // Lanes [c, c + n): loaded, kept where `keep` says, stored; lanes past count untouched.
-  auto each = [&](int64_t lanes, auto&& relu_lanes) {
-    int64_t c = 0;
-    for (; c + lanes <= count; c += lanes) {
-      relu_lanes(c, tail_mask(lanes));
-    }
-    if (c < count) {
-      relu_lanes(c, tail_mask(count - c));
-    }
-  };
+  // Each step's elements loaded, kept where they pass (else +0) and stored; none past count touched.
   switch (element) {
     case ReluBitsElement::kFloat64: {
       const auto* src = static_cast<const double*>(in);
       auto* dst = static_cast<double*>(out);
-      each(8, [&](int64_t c, uint64_t lanes) {
+      in_steps<8>(count, [&](int64_t c, int64_t, uint64_t lanes) {
         const __mmask8 m = static_cast<__mmask8>(lanes);
         const __m512d v = _mm512_maskz_loadu_pd(m, src + c);
         const __mmask8 keep = _mm512_mask_cmp_pd_mask(m, v, _mm512_setzero_pd(), _CMP_NLT_UQ);  // !(v < 0)
@@ -101,7 +101,7 @@ void relu_avx512(const void* in, void* out, int64_t count, ReluBitsElement eleme
     case ReluBitsElement::kFloat32: {
       const auto* src = static_cast<const float*>(in);
       auto* dst = static_cast<float*>(out);
-      each(16, [&](int64_t c, uint64_t lanes) {
+      in_steps<16>(count, [&](int64_t c, int64_t, uint64_t lanes) {
         const __mmask16 m = static_cast<__mmask16>(lanes);
         const __m512 v = _mm512_maskz_loadu_ps(m, src + c);
         const __mmask16 keep = _mm512_mask_cmp_ps_mask(m, v, _mm512_setzero_ps(), _CMP_NLT_UQ);  // !(v < 0)
@@ -114,7 +114,7 @@ void relu_avx512(const void* in, void* out, int64_t count, ReluBitsElement eleme
       const int16_t inf_bits = element == ReluBitsElement::kBFloat16 ? 0x7f80 : 0x7c00;
       const auto* src = static_cast<const uint16_t*>(in);
       auto* dst = static_cast<uint16_t*>(out);
-      each(32, [&](int64_t c, uint64_t lanes) {
+      in_steps<32>(count, [&](int64_t c, int64_t, uint64_t lanes) {
         const __mmask32 m = static_cast<__mmask32>(lanes);
         const __m512i v = _mm512_maskz_loadu_epi16(m, src + c);
         const __m512i magnitude = _mm512_and_si512(v, _mm512_set1_epi16(0x7fff));
@@ -130,36 +130,30 @@ void relu_avx512(const void* in, void* out, int64_t count, ReluBitsElement eleme
 }
 
 void apply_relu_bits_avx512(const uint8_t* bits, const void* in, void* out, int64_t count, int element_bytes) {
-  // Lanes not in the mask are zeroed (+0, as threshold_backward writes); lanes past count untouched.
-  auto each = [&](int64_t lanes, auto&& masked_copy) {
-    int64_t c = 0;
-    for (; c + lanes <= count; c += lanes) {
-      masked_copy(c, ~uint64_t(0), load_bits(bits + c / 8, lanes));
-    }
-    if (c < count) {
-      masked_copy(c, tail_mask(count - c), load_bits(bits + c / 8, count - c));
-    }
-  };
+  // Lanes not in the mask are zeroed (+0, as threshold_backward writes); none past count touched.
   if (element_bytes == 2) {
     const auto* src = static_cast<const uint16_t*>(in);
     auto* dst = static_cast<uint16_t*>(out);
-    each(32, [&](int64_t c, uint64_t lanes, uint64_t keep) {
-      const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(lanes), src + c);
-      _mm512_mask_storeu_epi16(dst + c, static_cast<__mmask32>(lanes), _mm512_maskz_mov_epi16(static_cast<__mmask32>(keep), v));
+    in_steps<32>(count, [&](int64_t c, int64_t n, uint64_t lanes) {
+      const __mmask32 m = static_cast<__mmask32>(lanes);
+      const __m512i v = _mm512_maskz_loadu_epi16(m, src + c);
+      _mm512_mask_storeu_epi16(dst + c, m, _mm512_maskz_mov_epi16(static_cast<__mmask32>(load_bits(bits + c / 8, n)), v));
     });
   } else if (element_bytes == 4) {
     const auto* src = static_cast<const uint32_t*>(in);
     auto* dst = static_cast<uint32_t*>(out);
-    each(16, [&](int64_t c, uint64_t lanes, uint64_t keep) {
-      const __m512i v = _mm512_maskz_loadu_epi32(static_cast<__mmask16>(lanes), src + c);
-      _mm512_mask_storeu_epi32(dst + c, static_cast<__mmask16>(lanes), _mm512_maskz_mov_epi32(static_cast<__mmask16>(keep), v));
+    in_steps<16>(count, [&](int64_t c, int64_t n, uint64_t lanes) {
+      const __mmask16 m = static_cast<__mmask16>(lanes);
+      const __m512i v = _mm512_maskz_loadu_epi32(m, src + c);
+      _mm512_mask_storeu_epi32(dst + c, m, _mm512_maskz_mov_epi32(static_cast<__mmask16>(load_bits(bits + c / 8, n)), v));
     });
   } else {
     const auto* src = static_cast<const uint64_t*>(in);
     auto* dst = static_cast<uint64_t*>(out);
-    each(8, [&](int64_t c, uint64_t lanes, uint64_t keep) {
-      const __m512i v = _mm512_maskz_loadu_epi64(static_cast<__mmask8>(lanes), src + c);
-      _mm512_mask_storeu_epi64(dst + c, static_cast<__mmask8>(lanes), _mm512_maskz_mov_epi64(static_cast<__mmask8>(keep), v));
+    in_steps<8>(count, [&](int64_t c, int64_t n, uint64_t lanes) {
+      const __mmask8 m = static_cast<__mmask8>(lanes);
+      const __m512i v = _mm512_maskz_loadu_epi64(m, src + c);
+      _mm512_mask_storeu_epi64(dst + c, m, _mm512_maskz_mov_epi64(static_cast<__mmask8>(load_bits(bits + c / 8, n)), v));
     });
   }
 }
