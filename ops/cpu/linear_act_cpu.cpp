@@ -277,21 +277,25 @@ void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& 
 
 namespace {
 
-// out = act(x @ w.T + b) by row blocks spread over the threads, `epilogue` on each finished block.
-void run_row_blocks(
-    const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out,
+// Rows per block of a forward of `rows` rows through weight w.
+int64_t forward_block_rows(const at::Tensor& w, int64_t rows) {
+  return rows_per_block(w.size(0), gemm_element_size(w.scalar_type()), rows);
+}
+
+// out = act(x @ w.T + b) by `layer`, in row blocks of `block` rows spread over the threads,
+// `epilogue` on each finished block.
+void run_layer_blocks(
+    const CpuLayer& layer, int64_t block, const at::Tensor& x, at::Tensor& out,
     std::optional<RowsEpilogue> epilogue) {
   if (out.numel() == 0) {
     return;
   }
-  const int64_t block = rows_per_block(w.size(0), gemm_element_size(w.scalar_type()), x.size(0));
-  const CpuLayer layer = prepare_cpu_layer(w, b, relu, x.size(0), block);
   if (x.size(0) <= block) {
     // One block on the caller, whose GEMM used every thread: so does its epilogue (on a 16-core
     // Xeon, one thread packing a 256x512 ReLU mask took a fifth of the training forward).
     run_cpu_layer(layer, x, out);
     if (epilogue) {
-      parallel_for_with_state(0, x.size(0), rows_per_task(w.size(0)), [&](int64_t begin, int64_t end) {
+      parallel_for_with_state(0, x.size(0), rows_per_task(out.size(1)), [&](int64_t begin, int64_t end) {
         (*epilogue)(out, begin, end - begin);
       });
     }
@@ -309,38 +313,48 @@ void run_row_blocks(
   });
 }
 
+// relu(x2d @ w.T + b) as one oneDNN inner product over all rows (w dense or packed), whose output is
+// the op's; the ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
+at::Tensor onednn_linear_relu(
+    const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b, std::optional<RowsEpilogue> epilogue) {
+  at::Tensor out = onednn_linear(x2d, w, b);
+  parallel_for_with_state(0, out.size(0), rows_per_task(out.size(1)), [&](int64_t begin, int64_t end) {
+    at::Tensor stretch = out.narrow(0, begin, end - begin);
+    relu_into(stretch, stretch);
+    if (epilogue) {
+      (*epilogue)(out, begin, end - begin);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 void linear_act_cpu_out(
     const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out) {
-  run_row_blocks(x, w, b, relu, out, std::nullopt);
+  const int64_t block = forward_block_rows(w, x.size(0));
+  run_layer_blocks(prepare_cpu_layer(w, b, relu, x.size(0), block), block, x, out, std::nullopt);
 }
 
 at::Tensor linear_relu_cpu_2d(
     const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b, std::optional<RowsEpilogue> epilogue) {
   const int64_t rows = x2d.size(0), out_features = w.size(0);
   const int64_t in_features = x2d.size(1);
-  // One inner product over all rows, whose output is the op's: for compute-bound layers, and where
-  // the row blocks would run oneDNN anyway (not the narrow kernel) but the rows fit one block (the
-  // block's copy saved).
-  const bool compute_bound = in_features >= kMinOnednnInFeatures && rows * in_features * out_features >= kMinOnednnMacs;
-  const bool narrow = out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
-  const bool one_onednn_block = onednn_float32_blocks() && !narrow && rows > 0 && in_features > 0 &&
-      rows <= rows_per_block(out_features, sizeof(float), rows);
-  if (x2d.scalar_type() == at::kFloat && (compute_bound || one_onednn_block) && has_onednn()) {
-    at::Tensor out = onednn_linear(x2d, w.contiguous(), b);
-    // ReLU (NaN stays NaN, as in eager) and the epilogue in one pass over row stretches.
-    parallel_for_with_state(0, rows, rows_per_task(out_features), [&](int64_t begin, int64_t end) {
-      at::Tensor stretch = out.narrow(0, begin, end - begin);
-      relu_into(stretch, stretch);
-      if (epilogue) {
-        (*epilogue)(out, begin, end - begin);
-      }
-    });
-    return out;
+  if (x2d.scalar_type() == at::kFloat && in_features >= kMinOnednnInFeatures &&
+      rows * in_features * out_features >= kMinOnednnMacs && has_onednn()) {
+    return onednn_linear_relu(x2d, w.contiguous(), b, epilogue);
   }
   at::Tensor out = at::empty({rows, out_features}, x2d.options());
-  run_row_blocks(x2d, w, b, /*relu=*/true, out, epilogue);
+  if (out.numel() == 0) {
+    return out;
+  }
+  const int64_t block = forward_block_rows(w, rows);
+  const CpuLayer layer = prepare_cpu_layer(w, b, /*relu=*/true, rows, block);
+  if (rows <= block && layer.onednn_weight.defined() && !layer.widened) {
+    // One block, which the layer runs by oneDNN: its output is the op's (the block's copy saved).
+    return onednn_linear_relu(x2d, layer.onednn_weight, layer.bias, epilogue);
+  }
+  run_layer_blocks(layer, block, x2d, out, epilogue);
   return out;
 }
 
