@@ -33,6 +33,11 @@ CpuLayer prepare_cpu_layer(
 // take it, by ATen's mm elsewhere.
 at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w);
 
+// grad2d.T @ h2d and, when bias_grad, grad2d's sum over rows: a layer's weight and bias gradients.
+// Narrow bfloat16 layers take the library's kernel where it runs (one pass for both), the others
+// aten_weight_grads.
+std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+
 // out_rows = act(x_rows @ layer.weight_t + bias), out_rows in x_rows' dtype.
 void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& out_rows);
 

@@ -17,9 +17,11 @@
 #include <ATen/ops/mm.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/relu.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/core/stack.h>
 #include <ATen/cpu/Utils.h>
 
+#include <algorithm>
 #include <optional>
 
 namespace hypatia::ops {
@@ -115,6 +117,44 @@ void relu_into(const at::Tensor& src, at::Tensor& dst) {
     at::clamp_min_out(dst, src, 0);
   }
 }
+
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+// cpu_weight_grads by narrow_weight_grad_bf16: one task per thread over whole chunks of rows, each
+// summing into its own fp32 buffers, added in task order and rounded once to bfloat16, as oneDNN's
+// GEMM and ATen's sum round theirs.
+std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
+    const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
+  const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
+  const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
+  const int64_t padded_n = narrow_grad_padded(n), padded_k = narrow_grad_padded(k);
+  const int64_t chunks = (rows + kNarrowGradChunkRows - 1) / kNarrowGradChunkRows;
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), chunks));
+  const at::Tensor sums = at::zeros({tasks, padded_n * padded_k + padded_n}, g.options().dtype(at::kFloat));
+  const auto* g_bits = static_cast<const uint16_t*>(g.const_data_ptr());
+  const auto* h_bits = static_cast<const uint16_t*>(h.const_data_ptr());
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    at::Tensor scratch = at::empty({narrow_weight_grad_scratch_elements(n, k)}, g.options());
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t first = chunks * t / tasks * kNarrowGradChunkRows;
+      const int64_t last = std::min(rows, chunks * (t + 1) / tasks * kNarrowGradChunkRows);
+      float* task_sums = sums.data_ptr<float>() + t * sums.size(1);
+      narrow_weight_grad_bf16(g_bits + first * g.stride(0), g.stride(0), h_bits + first * h.stride(0), h.stride(0),
+                              last - first, n, k, task_sums, padded_k,
+                              bias_grad ? task_sums + padded_n * padded_k : nullptr,
+                              static_cast<uint16_t*>(scratch.data_ptr()));
+    }
+  });
+  const at::Tensor total = sums[0];
+  for (int64_t t = 1; t < tasks; ++t) {
+    total.add_(sums[t]);
+  }
+  at::Tensor weight = total.narrow(0, 0, padded_n * padded_k).view({padded_n, padded_k});
+  weight = weight.narrow(0, 0, n).narrow(1, 0, k).to(at::kBFloat16).contiguous();
+  at::Tensor bias = bias_grad ? total.narrow(0, padded_n * padded_k, n).to(at::kBFloat16) : at::Tensor();
+  return {std::move(weight), std::move(bias)};
+}
+#endif
 
 }  // namespace
 
@@ -212,6 +252,18 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
     return onednn_linear(grad2d, w.t().contiguous(), std::nullopt);
   }
   return grad2d.mm(w);
+}
+
+std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+  // From one chunk of rows up: below it, the per-task buffers cost more than the pass saves.
+  const int64_t rows = grad2d.size(0), n = grad2d.size(1), k = h2d.size(1);
+  if (grad2d.scalar_type() == at::kBFloat16 && n > 0 && k > 0 && n <= kNarrowGemmMaxOut && k <= kNarrowGemmMaxIn &&
+      rows >= kNarrowGradChunkRows && narrow_gemm_bf16_supported()) {
+    return narrow_weight_grads_bf16(grad2d, h2d, bias_grad);
+  }
+#endif
+  return aten_weight_grads(grad2d, h2d, bias_grad);
 }
 
 namespace {

@@ -37,6 +37,10 @@ def cpu_flags():
 # (ops/cpu/linear_act_cpu.cpp).
 ONEDNN_FLOAT32_BLOCKS_CPU = cpu_info("vendor_id") == "AuthenticAMD" and "avx512f" in cpu_flags()
 
+# The narrow bfloat16 kernels (ops/cpu/narrow_gemm_avx512bf16.cpp) run where oneDNN's GEMM is native
+# bfloat16 and the CPU has AVX-512 BF16, but not AMX (whose oneDNN GEMM is faster).
+NARROW_BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
+
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64."""

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck, gradgradcheck
 
-from conftest import rel_error
+from conftest import NARROW_BF16_KERNEL_CPU, rel_error
 
 
 def params(shape, device, dtype=torch.float64):
@@ -103,3 +103,36 @@ def test_fused_linear_relu_saves_a_mask_not_the_output(device):
     mask = ((8, 16), torch.uint8)
     assert kinds == sorted([((8, 16), x.dtype), ((32, 16), w.dtype), mask], key=str)
     assert out.grad_fn is not None
+
+
+@pytest.mark.parametrize("rows", [256, 257, 1000])
+@pytest.mark.parametrize("kn", [(1, 1), (7, 17), (33, 64), (64, 64), (100, 256), (256, 15)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_narrow_bfloat16_weight_grad(rows, kn, bias, threads):
+    """A narrow bfloat16 layer's weight and bias gradients on the CPU: where the library's kernel runs
+    (from one 256-row chunk up; pairs of rows, so odd rows too; column tails; input rows at a stride
+    that is not k), as close to float64 as eager's GEMM and sum, without eager's ops."""
+    torch.manual_seed(rows + kn[0])
+    k, n = kn
+    h = torch.randn(rows, k + 5).bfloat16()[:, 2:k + 2]
+    w = (torch.randn(n, k) / k**0.5).bfloat16().requires_grad_()
+    b = torch.randn(n).bfloat16().requires_grad_() if bias else None
+    g = torch.randn(rows, n).bfloat16()
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = torch.ops.hypatia.fused_mlp(h, [w], [b], False)  # one layer, no ReLU: only the GEMM's gradients
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            grads = torch.autograd.grad(out, [w] + ([b] if bias else []), g)
+    finally:
+        torch.set_num_threads(saved)
+    eager_ops = {e.name for e in prof.events()} & {"aten::mm", "aten::sum"}
+    kernel = NARROW_BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert (not eager_ops) == kernel, eager_ops
+    references = [g.double().t() @ h.double()] + ([g.double().sum(0)] if bias else [])
+    eager = [g.t().mm(h)] + ([g.sum(0)] if bias else [])
+    for grad, ref, eager_grad in zip(grads, references, eager):
+        assert grad.dtype == torch.bfloat16 and grad.shape == ref.shape
+        assert rel_error(grad, ref) <= 1.05 * rel_error(eager_grad, ref) + 1e-6
+

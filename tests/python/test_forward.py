@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, cpu_flags, rel_error
+from conftest import NARROW_BF16_KERNEL_CPU, ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, cpu_flags, rel_error
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 SHAPES = [  # (input shape, out_features)
@@ -225,11 +225,6 @@ def test_output_is_new_memory(device):
 
 
 NARROW_KERNEL_CPU = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-
-
-# The narrow bfloat16 kernel (ops/cpu/narrow_gemm_avx512bf16.cpp) runs where oneDNN's GEMM is native
-# bfloat16 and the CPU has AVX-512 BF16, but not AMX (whose oneDNN GEMM is faster).
-NARROW_BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
 
 
 @pytest.mark.parametrize("rows", [1, 5, 6, 7, 97])
