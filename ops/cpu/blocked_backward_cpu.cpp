@@ -90,7 +90,7 @@ Grads blocked_backward(
   const int64_t element_size = c10::elementSize(compute.dtype().toScalarType());
   const int64_t block = std::max<int64_t>(kMinBackwardBlockRows, kBlockGradBytes / (widest * element_size));
   const int64_t blocks = (rows + block - 1) / block;
-  const int64_t n_tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
+  const int64_t n_tasks = reduction_tasks(blocks);
   // Per task: every layer's weight gradient, then every layer's bias gradient, in the compute dtype.
   std::vector<std::vector<at::Tensor>> partials(n_tasks);
   for (auto& sums : partials) {
@@ -102,75 +102,72 @@ Grads blocked_backward(
     }
   }
 
-  // Task t takes blocks [blocks * t / n_tasks, blocks * (t + 1) / n_tasks).
-  parallel_for_with_state(0, n_tasks, 1, [&](int64_t first_task, int64_t end_task) {
+  for_each_reduction_task(n_tasks, blocks, [&](int64_t t, int64_t first_block, int64_t end_block) {
     at::Tensor buffers = at::empty({2, block * widest}, compute);
-    for (int64_t t = first_task; t < end_task; ++t) {
-      std::vector<at::Tensor>& sums = partials[t];
-      for (int64_t b = blocks * t / n_tasks; b < blocks * (t + 1) / n_tasks; ++b) {
-        const int64_t r = b * block, n = std::min(block, rows - r);
-        auto buffer = [&](int which, int64_t cols) { return buffers[which].narrow(0, 0, n * cols).view({n, cols}); };
-        // The gradient at the current layer's output, in the compute dtype: grad_out's rows as
-        // they are where that is possible, else in buffer `in_buffer` (the other one is free).
-        at::Tensor grad = grad_out.narrow(0, r, n);
-        int in_buffer = -1;
-        auto into_buffer = [&](int64_t cols) {
-          in_buffer = in_buffer == 0 ? 1 : 0;
-          return buffer(in_buffer, cols);
-        };
-        if (grad.scalar_type() != compute.dtype()) {
-          grad = into_buffer(grad.size(1)).copy_(grad);
+    std::vector<at::Tensor>& sums = partials[t];
+    for (int64_t b = first_block; b < end_block; ++b) {
+      const int64_t r = b * block, n = std::min(block, rows - r);
+      auto buffer = [&](int which, int64_t cols) { return buffers[which].narrow(0, 0, n * cols).view({n, cols}); };
+      // The gradient at the current layer's output, in the compute dtype: grad_out's rows as
+      // they are where that is possible, else in buffer `in_buffer` (the other one is free).
+      at::Tensor grad = grad_out.narrow(0, r, n);
+      int in_buffer = -1;
+      auto into_buffer = [&](int64_t cols) {
+        in_buffer = in_buffer == 0 ? 1 : 0;
+        return buffer(in_buffer, cols);
+      };
+      if (grad.scalar_type() != compute.dtype()) {
+        grad = into_buffer(grad.size(1)).copy_(grad);
+      }
+      for (size_t i = depth; i-- > 0;) {
+        const BackLayer& layer = layers[i];
+        const int64_t cols = layer.linear.weight_t.size(1);
+        if (layer.relu_output.defined() || layer.relu_bits.defined()) {
+          // Masked in place once the gradient is in a buffer; grad_out's rows are masked into one.
+          const at::Tensor masked = in_buffer < 0 ? into_buffer(cols) : grad;
+          if (layer.relu_output.defined()) {
+            AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "blocked_backward_cpu", [&] {
+              using G = at::opmath_type<scalar_t>;
+              mask_by_output(layer.relu_output.const_data_ptr<scalar_t>() + r * cols, grad.const_data_ptr<G>(),
+                             masked.mutable_data_ptr<G>(), n * cols);
+            });
+          } else {
+            AT_DISPATCH_FLOATING_TYPES(compute.dtype().toScalarType(), "blocked_backward_cpu", [&] {
+              using U = Bits<scalar_t>;
+              const int64_t row_bytes = layer.relu_bits.size(1);
+              const uint8_t* bits = layer.relu_bits.const_data_ptr<uint8_t>() + r * row_bytes;
+              const U* src = static_cast<const U*>(grad.const_data_ptr());
+              U* dst = static_cast<U*>(masked.mutable_data_ptr());
+              for (int64_t row = 0; row < n; ++row) {
+                apply_relu_bits(bits + row * row_bytes, src + row * cols, dst + row * cols, cols);
+              }
+            });
+          }
+          grad = masked;
         }
-        for (size_t i = depth; i-- > 0;) {
-          const BackLayer& layer = layers[i];
-          const int64_t cols = layer.linear.weight_t.size(1);
-          if (layer.relu_output.defined() || layer.relu_bits.defined()) {
-            // Masked in place once the gradient is in a buffer; grad_out's rows are masked into one.
-            const at::Tensor masked = in_buffer < 0 ? into_buffer(cols) : grad;
-            if (layer.relu_output.defined()) {
-              AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "blocked_backward_cpu", [&] {
-                using G = at::opmath_type<scalar_t>;
-                mask_by_output(layer.relu_output.const_data_ptr<scalar_t>() + r * cols, grad.const_data_ptr<G>(),
-                               masked.mutable_data_ptr<G>(), n * cols);
-              });
-            } else {
-              AT_DISPATCH_FLOATING_TYPES(compute.dtype().toScalarType(), "blocked_backward_cpu", [&] {
-                using U = Bits<scalar_t>;
-                const int64_t row_bytes = layer.relu_bits.size(1);
-                const uint8_t* bits = layer.relu_bits.const_data_ptr<uint8_t>() + r * row_bytes;
-                const U* src = static_cast<const U*>(grad.const_data_ptr());
-                U* dst = static_cast<U*>(masked.mutable_data_ptr());
-                for (int64_t row = 0; row < n; ++row) {
-                  apply_relu_bits(bits + row * row_bytes, src + row * cols, dst + row * cols, cols);
-                }
-              });
-            }
-            grad = masked;
-          }
-          if (sums[i].defined()) {
-            sums[i].addmm_(grad.t(), layer.input.narrow(0, r, n).to(compute.dtype()));
-          }
-          if (sums[depth + i].defined()) {
-            sums[depth + i].add_(grad.sum(0));
-          }
-          if (i == 0 && !input_grad) {
-            break;
-          }
-          const at::Tensor w = layer.linear.weight_t.t();
-          if (i == 0 && !layer.linear.widened) {
-            at::Tensor dst = grads.input.narrow(0, r, n);
-            at::mm_out(dst, grad, w);
-            break;
-          }
-          at::Tensor next = into_buffer(w.size(1));
-          at::mm_out(next, grad, w);
-          if (i == 0) {
-            grads.input.narrow(0, r, n).copy_(next);
-          } else if (layer.linear.widened) {
-            next.copy_(next.to(dtype));  // rounded to the storage dtype, where eager's dgrad GEMM rounds
-          }
-          grad = next;
+        if (sums[i].defined()) {
+          sums[i].addmm_(grad.t(), layer.input.narrow(0, r, n).to(compute.dtype()));
         }
+        if (sums[depth + i].defined()) {
+          sums[depth + i].add_(grad.sum(0));
+        }
+        if (i == 0 && !input_grad) {
+          break;
+        }
+        const at::Tensor w = layer.linear.weight_t.t();
+        if (i == 0 && !layer.linear.widened) {
+          at::Tensor dst = grads.input.narrow(0, r, n);
+          at::mm_out(dst, grad, w);
+          break;
+        }
+        at::Tensor next = into_buffer(w.size(1));
+        at::mm_out(next, grad, w);
+        if (i == 0) {
+          grads.input.narrow(0, r, n).copy_(next);
+        } else if (layer.linear.widened) {
+          next.copy_(next.to(dtype));  // rounded to the storage dtype, where eager's dgrad GEMM rounds
+        }
+        grad = next;
       }
     }
   });

@@ -129,28 +129,25 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
   const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
   const int64_t padded_n = narrow_grad_padded(n), padded_k = narrow_grad_padded(k);
   const int64_t chunks = (rows + kNarrowGradChunkRows - 1) / kNarrowGradChunkRows;
-  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), chunks));
+  const int64_t tasks = reduction_tasks(chunks);
   const at::Tensor sums = at::zeros({tasks, padded_n * padded_k + padded_n}, g.options().dtype(at::kFloat));
   const auto* g_bits = static_cast<const uint16_t*>(g.const_data_ptr());
   const auto* h_bits = static_cast<const uint16_t*>(h.const_data_ptr());
-  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
-    at::Tensor scratch = at::empty({narrow_weight_grad_scratch_elements(n, k)}, g.options());
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t first = chunks * t / tasks * kNarrowGradChunkRows;
-      const int64_t last = std::min(rows, chunks * (t + 1) / tasks * kNarrowGradChunkRows);
-      float* task_sums = sums.data_ptr<float>() + t * sums.size(1);
-      narrow_weight_grad_bf16(g_bits + first * g.stride(0), g.stride(0), h_bits + first * h.stride(0), h.stride(0),
-                              last - first, n, k, task_sums, padded_k,
-                              bias_grad ? task_sums + padded_n * padded_k : nullptr,
-                              static_cast<uint16_t*>(scratch.data_ptr()));
-    }
+  for_each_reduction_task(tasks, chunks, [&](int64_t t, int64_t first_chunk, int64_t end_chunk) {
+    const at::Tensor scratch = at::empty({narrow_weight_grad_scratch_elements(n, k)}, g.options());
+    const int64_t first = first_chunk * kNarrowGradChunkRows;
+    const int64_t last = std::min(rows, end_chunk * kNarrowGradChunkRows);
+    float* task_sums = sums.data_ptr<float>() + t * sums.size(1);
+    narrow_weight_grad_bf16(g_bits + first * g.stride(0), g.stride(0), h_bits + first * h.stride(0), h.stride(0),
+                            last - first, n, k, task_sums, padded_k, bias_grad ? task_sums + padded_n * padded_k : nullptr,
+                            static_cast<uint16_t*>(scratch.data_ptr()));
   });
   const at::Tensor total = sums[0];
   for (int64_t t = 1; t < tasks; ++t) {
     total.add_(sums[t]);
   }
   at::Tensor weight = total.narrow(0, 0, padded_n * padded_k).view({padded_n, padded_k});
-  weight = weight.narrow(0, 0, n).narrow(1, 0, k).to(at::kBFloat16).contiguous();
+  weight = weight.narrow(0, 0, n).narrow(1, 0, k).to(at::kBFloat16);
   at::Tensor bias = bias_grad ? total.narrow(0, padded_n * padded_k, n).to(at::kBFloat16) : at::Tensor();
   return {std::move(weight), std::move(bias)};
 }

@@ -45,6 +45,24 @@ void parallel_for_with_state(int64_t begin, int64_t end, int64_t grain, const Fn
   });
 }
 
+// Tasks of a reduction over `units` (row blocks, chunks) whose partial sums are added in task
+// order: at most one a thread, each over a fixed range of units, so that the sum does not depend on
+// how the threads are scheduled.
+inline int64_t reduction_tasks(int64_t units) {
+  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), units));
+}
+
+// fn(task, first, end) for each of `tasks` tasks (as reduction_tasks counts them) over the caller's
+// threads: task t takes units [units t / tasks, units (t + 1) / tasks).
+template <typename Fn>
+void for_each_reduction_task(int64_t tasks, int64_t units, const Fn& fn) {
+  parallel_for_with_state(0, tasks, 1, [&](int64_t first_task, int64_t end_task) {
+    for (int64_t t = first_task; t < end_task; ++t) {
+      fn(t, units * t / tasks, units * (t + 1) / tasks);
+    }
+  });
+}
+
 // Calls fn(begin, end) on chunks of rows spread over ATen's intra-op threads, each chunk a whole
 // number of `block`-row blocks (the last one may be short). Rows that fit in one block run on the
 // caller, whose BLAS then uses every thread itself.
