@@ -1,8 +1,9 @@
 // CPU: act(x @ w.T + b) by row blocks: narrow float32 layers (and widened half-precision ones) by
-// the AVX2 kernel of narrow_gemm.h, narrow native bfloat16 ones by the AVX-512 BF16 kernel, bias and
-// ReLU in their registers; the others with one GEMM per block (oneDNN's inner product or ATen's
+// the AVX2 kernel of narrow_gemm.h, native bfloat16 ones by the AVX-512 BF16 kernel of bf16_gemm.h,
+// bias and ReLU in their registers; the others with one GEMM per block (oneDNN's inner product or ATen's
 // BLAS, whichever is faster here: below) and the ReLU applied to each block straight after it,
 // while the block is still in cache.
+#include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/narrow_gemm.h"
 #include "ops/cpu/relu_bits.h"
@@ -119,6 +120,52 @@ void relu_into(const at::Tensor& src, at::Tensor& dst) {
 }
 
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
+// Whether a bfloat16 layer of n x k features over `rows` rows runs the library's kernel: where the
+// CPU has it and the rows pay for packing the weight on every call. On the EPYC
+// (docs/perf/cpu-2026-11-24-bf16-gemm/) a weight that fits in L2 paid from 8 rows (256x256->512:
+// 1.5x eager); larger ones (8 MiB: 1.2-1.8 ms, 2-4x a copy's time) cost 0.55-0.9x eager up to 128
+// rows and 1.01-1.04x at 512.
+constexpr int64_t kBf16GemmSmallWeight = int64_t(1) << 18;  // elements: 512 KiB
+constexpr int64_t kMinBf16GemmRows = 512;
+constexpr int64_t kMinBf16InputGradWeight = int64_t(1) << 20;  // elements (cpu_input_grad)
+
+bool bf16_gemm_pays(int64_t rows, int64_t n, int64_t k) {
+  return rows > 0 && n > 0 && k > 0 && (rows >= kMinBf16GemmRows || n * k <= kBf16GemmSmallWeight) &&
+      bf16_gemm_supported();
+}
+
+// A bfloat16 weight packed by pack_bf16_weight, its panels spread over the threads: w is [n, k], or
+// [k, n] when inputs_major.
+at::Tensor packed_bf16_weight(const at::Tensor& w, bool inputs_major) {
+  const int64_t n = w.size(inputs_major ? 1 : 0), k = w.size(inputs_major ? 0 : 1);
+  at::Tensor packed = at::empty({bf16_packed_elements(n, k)}, w.options());
+  const auto* bits = static_cast<const uint16_t*>(w.const_data_ptr());
+  auto* out = static_cast<uint16_t*>(packed.data_ptr());
+  at::parallel_for(0, bf16_gemm_panels(n), 1, [&](int64_t begin, int64_t end) {
+    pack_bf16_weight(bits, w.stride(0), inputs_major, n, k, begin, end, out);
+  });
+  return packed;
+}
+
+// out = act(x @ w.T + bias) by bf16_gemm_act, x's rows spread over the threads (inline inside a
+// parallel task); bias fp32 or undefined.
+void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const OptionalTensor& bias, bool relu,
+                   at::Tensor& out) {
+  const at::Tensor x_rows = x.stride(1) == 1 ? x : x.contiguous();
+  const int64_t k = x_rows.size(1), n = out.size(1);
+  const float* b = bias ? bias->data_ptr<float>() : nullptr;
+  const auto* x_bits = static_cast<const uint16_t*>(x_rows.const_data_ptr());
+  auto* out_bits = static_cast<uint16_t*>(out.data_ptr());
+  const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / std::max<int64_t>(1, n * k));
+  at::parallel_for(0, x_rows.size(0), grain, [&](int64_t begin, int64_t end) {
+    bf16_gemm_act(x_bits + begin * x_rows.stride(0), x_rows.stride(0), end - begin, k,
+                  static_cast<const uint16_t*>(packed.const_data_ptr()), b, n, relu, out_bits + begin * out.stride(0),
+                  out.stride(0));
+  });
+}
+#endif
+
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
 // cpu_weight_grads by narrow_weight_grad_bf16: one task per thread over whole chunks of rows, each
 // summing into its own fp32 buffers, added in task order and rounded once to bfloat16, as oneDNN's
 // GEMM and ATen's sum round theirs.
@@ -166,7 +213,7 @@ bool narrow_gemm_supported() {
 // Not where oneDNN's bfloat16 GEMM runs AMX tiles: on the GPU machine's Xeon this kernel took 9.0 ms
 // for the 65536x64->64 training forward that eager's oneDNN GEMM, ReLU and copy did in 5.0
 // (docs/perf/cpu-2026-11-24-mask-avx512/profile-xeon.log).
-bool narrow_gemm_bf16_supported() {
+bool bf16_gemm_supported() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
       !at::cpu::get_cpu_capabilities().at("amx_bf16").toBool();
@@ -200,14 +247,9 @@ CpuLayer prepare_cpu_layer(
   [[maybe_unused]] const bool narrow =
       forward_rows > 0 && out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
-  // Its weight is packed on every call, one element at a time: measured on a 2-core AMD EPYC, the
-  // kernel overtook oneDNN from about 500 rows at 256x256->256 and from 32 rows at 128->128.
-  if (narrow && layer.weight_t.scalar_type() == at::kBFloat16 && forward_rows * 128 >= out_features * in_features &&
-      narrow_gemm_bf16_supported()) {
-    const at::Tensor w_c = w.contiguous();
-    layer.packed = at::empty({narrow_packed_bf16_elements(out_features, in_features)}, w_c.options());
-    pack_narrow_weight_bf16(reinterpret_cast<const uint16_t*>(w_c.const_data_ptr()), in_features, out_features,
-                            in_features, reinterpret_cast<uint16_t*>(layer.packed.data_ptr()));
+  if (forward_rows > 0 && layer.weight_t.scalar_type() == at::kBFloat16 &&
+      bf16_gemm_pays(forward_rows, out_features, in_features)) {
+    layer.packed = packed_bf16_weight(w.contiguous(), /*inputs_major=*/false);
     if (layer.bias) {
       layer.bias = layer.bias->to(at::kFloat).contiguous();
     }
@@ -244,6 +286,18 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
   // fused_linear_relu 256x256->512 forward+backward lost 3-10% with it (dgrad_ab_small.log), so only
   // compute-bound ones. Not over zero out-features, where oneDNN has no inner product.
   const int64_t macs = grad2d.size(0) * w.size(0) * w.size(1);
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+  // Wide bfloat16 ones by the library's kernel, as a layer of w.size(0) in and w.size(1) out
+  // features. On the EPYC it ran 1.07-1.15x oneDNN's mm from 2048x784 weights up, but 0.84-0.99x
+  // up to 512x256, where the forward gains from its epilogue alone
+  // (docs/perf/cpu-2026-11-24-bf16-gemm/input_grad.log).
+  if (grad2d.scalar_type() == at::kBFloat16 && w.size(0) * w.size(1) >= kMinBf16InputGradWeight &&
+      bf16_gemm_pays(grad2d.size(0), w.size(1), w.size(0))) {
+    at::Tensor out = at::empty({grad2d.size(0), w.size(1)}, grad2d.options());
+    run_bf16_gemm(grad2d, packed_bf16_weight(w.contiguous(), /*inputs_major=*/true), std::nullopt, /*relu=*/false, out);
+    return out;
+  }
+#endif
   if (grad2d.scalar_type() == at::kFloat && onednn_float32_blocks() && w.size(0) > 0 && macs >= kMinOnednnMacs &&
       has_onednn()) {
     return onednn_linear(grad2d, w.t().contiguous(), std::nullopt);
@@ -255,8 +309,8 @@ std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, con
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
   // From one chunk of rows up: below it, the per-task buffers cost more than the pass saves.
   const int64_t rows = grad2d.size(0), n = grad2d.size(1), k = h2d.size(1);
-  if (grad2d.scalar_type() == at::kBFloat16 && n > 0 && k > 0 && n <= kNarrowGemmMaxOut && k <= kNarrowGemmMaxIn &&
-      rows >= kNarrowGradChunkRows && narrow_gemm_bf16_supported()) {
+  if (grad2d.scalar_type() == at::kBFloat16 && n > 0 && k > 0 && n <= kNarrowGradMaxFeatures && k <= kNarrowGradMaxFeatures &&
+      rows >= kNarrowGradChunkRows && bf16_gemm_supported()) {
     return narrow_weight_grads_bf16(grad2d, h2d, bias_grad);
   }
 #endif
@@ -265,27 +319,23 @@ std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, con
 
 namespace {
 
-// run_cpu_layer's narrow kernel (float32, or bfloat16 where the weight was packed as such), its rows
-// spread over the threads (inline inside a parallel task). Only layers that prepare_cpu_layer
-// packed come here, so never without the kernel.
-void run_narrow_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& acc) {
+// run_cpu_layer's own kernels (bias and ReLU included): the narrow float32 one, or the bfloat16
+// one where the weight was packed as such, rows spread over the threads (inline inside a parallel
+// task). Only layers that prepare_cpu_layer packed come here, so never without the kernel.
+void run_packed_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& acc) {
+  if (layer.packed.scalar_type() == at::kBFloat16) {
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+    run_bf16_gemm(x_rows, layer.packed, layer.bias, layer.relu, acc);
+#endif
+    return;
+  }
 #ifdef HYPATIA_WITH_AVX2_GEMM
   const at::Tensor x = x_rows.stride(1) == 1 ? x_rows : x_rows.contiguous();
   const int64_t rows = x.size(0), in_features = x.size(1), out_features = acc.size(1);
   const float* bias = layer.bias ? layer.bias->data_ptr<float>() : nullptr;
   const int64_t macs_per_row = std::max<int64_t>(1, in_features * out_features);
   const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / macs_per_row);
-  const bool bf16 = layer.packed.scalar_type() == at::kBFloat16;
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    if (bf16) {
-#ifdef HYPATIA_WITH_AVX512BF16_GEMM
-      narrow_gemm_act_bf16(reinterpret_cast<const uint16_t*>(x.const_data_ptr()) + begin * x.stride(0), x.stride(0),
-                           end - begin, in_features, reinterpret_cast<const uint16_t*>(layer.packed.const_data_ptr()),
-                           bias, out_features, layer.relu,
-                           reinterpret_cast<uint16_t*>(acc.data_ptr()) + begin * acc.stride(0), acc.stride(0));
-#endif
-      return;
-    }
     narrow_gemm_act(x.data_ptr<float>() + begin * x.stride(0), x.stride(0), end - begin, in_features,
                     layer.packed.data_ptr<float>(), bias, out_features, layer.relu,
                     acc.data_ptr<float>() + begin * acc.stride(0), acc.stride(0));
@@ -304,7 +354,7 @@ void run_cpu_layer(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& 
     const bool in_place = !layer.widened && out_rows.stride(1) == 1;
     acc = in_place ? out_rows : at::empty(out_rows.sizes(), lhs.options());
     if (layer.packed.defined()) {
-      run_narrow_gemm(layer, lhs, acc);  // bias and ReLU included
+      run_packed_gemm(layer, lhs, acc);  // bias and ReLU included
     } else if (layer.bias) {
       at::addmm_out(acc, *layer.bias, lhs, layer.weight_t);
     } else {

@@ -37,9 +37,16 @@ def cpu_flags():
 # (ops/cpu/linear_act_cpu.cpp).
 ONEDNN_FLOAT32_BLOCKS_CPU = cpu_info("vendor_id") == "AuthenticAMD" and "avx512f" in cpu_flags()
 
-# The narrow bfloat16 kernels (ops/cpu/narrow_gemm_avx512bf16.cpp) run where oneDNN's GEMM is native
+# The library's bfloat16 kernels (ops/cpu/bf16_gemm_avx512.cpp) run where oneDNN's GEMM is native
 # bfloat16 and the CPU has AVX-512 BF16, but not AMX (whose oneDNN GEMM is faster).
-NARROW_BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
+BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
+
+
+def bf16_kernel_runs(rows: int, n: int, k: int) -> bool:
+    """Whether a bfloat16 layer of k -> n features over `rows` rows runs the library's kernel on this
+    CPU: the rows pay for packing its weight (bf16_gemm_pays in ops/cpu/linear_act_cpu.cpp)."""
+    return (BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported() and rows > 0 and n > 0 and k > 0
+            and (rows >= 512 or n * k <= 1 << 18))
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck, gradgradcheck
 
-from conftest import NARROW_BF16_KERNEL_CPU, rel_error
+from conftest import BF16_KERNEL_CPU, bf16_kernel_runs, rel_error
 
 
 def params(shape, device, dtype=torch.float64):
@@ -105,6 +105,35 @@ def test_fused_linear_relu_saves_a_mask_not_the_output(device):
     assert out.grad_fn is not None
 
 
+@pytest.mark.parametrize("rows", [7, 511, 512, 1001])
+@pytest.mark.parametrize("kn", [(64, 64), (300, 257), (1030, 1025), (1001, 1100)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_bfloat16_input_grad(rows, kn, threads):
+    """A bfloat16 layer's input gradient g @ w on the CPU: by the library's kernel where w has at
+    least 2^20 elements and the rows pay for packing it (its rows interleaved in pairs: odd and ragged
+    widths; a gradient at a row stride that is not n), else by aten::mm; as close to float64 as
+    eager's."""
+    torch.manual_seed(rows + kn[0])
+    k, n = kn
+    x = torch.randn(rows, k).bfloat16().requires_grad_()
+    w = (torch.randn(n, k) / k**0.5).bfloat16()
+    g = torch.randn(rows, n + 3).bfloat16()[:, 1:n + 1]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = torch.ops.hypatia.fused_mlp(x, [w], [None], False)  # one layer, no ReLU: only the GEMM's gradient
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            (grad,) = torch.autograd.grad(out, [x], g)
+    finally:
+        torch.set_num_threads(saved)
+    eager_ops = {e.name for e in prof.events()} & {"aten::mm"}
+    kernel = n * k >= 1 << 20 and bf16_kernel_runs(rows, k, n)  # a layer of n in, k out features
+    assert (not eager_ops) == kernel, eager_ops
+    ref = g.double() @ w.double()
+    assert grad.dtype == torch.bfloat16 and grad.shape == x.shape
+    assert rel_error(grad, ref) <= 1.05 * rel_error(g.mm(w), ref) + 1e-6
+
+
 @pytest.mark.parametrize("rows", [256, 257, 1000])
 @pytest.mark.parametrize("kn", [(1, 1), (7, 17), (33, 64), (64, 64), (100, 256), (256, 15)])
 @pytest.mark.parametrize("bias", [True, False])
@@ -128,7 +157,7 @@ def test_cpu_narrow_bfloat16_weight_grad(rows, kn, bias, threads):
     finally:
         torch.set_num_threads(saved)
     eager_ops = {e.name for e in prof.events()} & {"aten::mm", "aten::sum"}
-    kernel = NARROW_BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    kernel = BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert (not eager_ops) == kernel, eager_ops
     references = [g.double().t() @ h.double()] + ([g.double().sum(0)] if bias else [])
     eager = [g.t().mm(h)] + ([g.sum(0)] if bias else [])

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import NARROW_BF16_KERNEL_CPU, ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, cpu_flags, rel_error
+from conftest import ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, bf16_kernel_runs, cpu_flags, rel_error
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 SHAPES = [  # (input shape, out_features)
@@ -188,7 +188,8 @@ def test_cpu_float32_layer_takes_onednn_where_it_is_faster(mkn, compute_bound):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
     """Wide layers over several row blocks (a short last one) run oneDNN on a weight packed once a
-    call: float32 on AMD CPUs with AVX-512, bfloat16 where oneDNN's GEMM is native. NaN and Inf rows
+    call: float32 on AMD CPUs with AVX-512, bfloat16 where oneDNN's GEMM is native (and the library's
+    own kernel, packing its own weight, does not run). NaN and Inf rows
     in a later block come out where float64 has them. On CPUs with AMX, oneDNN's bfloat16 GEMMs
     (eager's too) can also make rows just before a NaN or Inf row NaN, each layer one more, depending
     on the thread count (docs/perf/cpu-2026-11-24-onednn-blocks/nan_diag-xeon-2.log); only there are
@@ -203,7 +204,8 @@ def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
         out = torch.ops.hypatia.fused_mlp(x, list(ws), list(bs), True)
         single = torch.ops.hypatia.fused_linear_relu(x, ws[0], bs[0])
     native_bf16 = dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    packed = native_bf16 or (dtype == torch.float32 and ONEDNN_FLOAT32_BLOCKS_CPU)
+    own_bf16 = native_bf16 and bf16_kernel_runs(2500, 520, 200)
+    packed = (native_bf16 and not own_bf16) or (dtype == torch.float32 and ONEDNN_FLOAT32_BLOCKS_CPU)
     assert ("mkldnn::_reorder_linear_weight" in {e.name for e in prof.events()}) == packed
     amx_bleed = native_bf16 and "amx_bf16" in cpu_flags()
     for got, ref, depth in [(out, reference_mlp(x, ws, bs, True), len(ws)), (single, reference_linear_relu(x, ws[0], bs[0]), 1)]:
@@ -247,12 +249,14 @@ def test_cpu_narrow_float32_layers(rows, kn, bias):
 
 
 @pytest.mark.parametrize("rows", [6, 7, 97, 600])
-@pytest.mark.parametrize("kn", [(1, 1), (3, 4), (17, 16), (63, 9), (40, 33), (64, 64), (200, 250), (256, 256)])
+@pytest.mark.parametrize("kn", [(1, 1), (3, 4), (17, 16), (63, 9), (40, 33), (64, 64), (200, 250), (256, 256),
+                                (300, 257), (513, 70), (1001, 33), (97, 1030)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_cpu_narrow_bfloat16_layers(rows, kn, bias):
-    """bfloat16 layers up to 256 wide: where the CPU has AVX-512 BF16 and the rows pay for packing
-    the weight, the own kernel (tiles of 6 rows x 64 columns, k two at a time, odd k, short strips,
-    ragged panels), x rows read in place; elsewhere the other paths. Against float64 on the same
+def test_cpu_bfloat16_layers(rows, kn, bias):
+    """bfloat16 layers: where the CPU has AVX-512 BF16 and the rows pay for packing the weight, the
+    own kernel (tiles of 6 rows x 64 columns, k two at a time, odd k, short strips, ragged panels,
+    row chunks that pass one tile's weight; the weight packed by 16x16 transposes, partial blocks
+    of 16 pairs), x rows read in place; elsewhere the other paths. Against float64 on the same
     (rounded) operands: one rounding of the fp32 sum to bfloat16."""
     torch.manual_seed(rows)
     k, n = kn
@@ -267,11 +271,12 @@ def test_cpu_narrow_bfloat16_layers(rows, kn, bias):
     torch.testing.assert_close(out, F.linear(F.relu(F.linear(x, ws[0], b)), ws[1]), rtol=2e-2, atol=2e-2)
 
 
-def test_cpu_narrow_bfloat16_layers_keep_nan_and_inf():
+@pytest.mark.parametrize("rows, k, n", [(13, 20, 9), (517, 300, 70)])
+def test_cpu_bfloat16_layers_keep_nan_and_inf(rows, k, n):
     torch.manual_seed(5)
-    x = torch.randn(13, 20).bfloat16()
-    x[6, 3], x[12, 0], x[7, 1] = float("nan"), float("inf"), -float("inf")  # a full strip and the short one
-    w, b = layer(20, 9, torch.bfloat16, "cpu")
+    x = torch.randn(rows, k).bfloat16()
+    x[6, 3], x[rows - 1, 0], x[7, 1] = float("nan"), float("inf"), -float("inf")  # a full strip and the short one
+    w, b = layer(k, n, torch.bfloat16, "cpu")
     out = torch.ops.hypatia.fused_linear_relu(x, w, b)
     assert out[6].isnan().all()
     torch.testing.assert_close(out, F.relu(F.linear(x, w, b)), equal_nan=True)
@@ -288,20 +293,21 @@ def test_cpu_narrow_float32_layers_keep_nan_and_inf():
 
 
 @pytest.mark.skipif(not NARROW_KERNEL_CPU, reason="the narrow CPU kernel needs AVX2")
-@pytest.mark.parametrize("mkn, narrow", [((4096, 64, 64), True), ((100, 256, 256), True), ((4096, 64, 257), False),
-                                         ((4096, 257, 64), False)])
+@pytest.mark.parametrize("mkn", [(4096, 64, 64), (100, 256, 256), (4096, 64, 257), (4096, 257, 64), (100, 600, 600),
+                                 (600, 600, 600)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cpu_narrow_layers_take_their_own_kernel(mkn, narrow, dtype):
-    """Layers up to 256 wide run no GEMM library call (bias and ReLU in the kernel's registers); wider,
-    MKL's or oneDNN's."""
+def test_cpu_layers_take_their_own_kernel(mkn, dtype):
+    """float32 layers up to 256 wide run no GEMM library call (bias and ReLU in the kernel's
+    registers); wider, MKL's or oneDNN's. bfloat16 ones where oneDNN's GEMM is native: the library's
+    kernel where the CPU has it and the rows pay for packing the weight (any width), else oneDNN's
+    GEMM; elsewhere computed in float32, as float32 layers are."""
     m, k, n = mkn
+    own_kernel = NARROW_KERNEL_CPU and k <= 256 and n <= 256
     if dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        # Not computed in float32 here: the bfloat16 kernel, where the CPU has it and the rows pay for
-        # packing the weight (rows x 128 >= its elements); else oneDNN's bf16 GEMM.
-        narrow = narrow and NARROW_BF16_KERNEL_CPU and m * 128 >= n * k
+        own_kernel = bf16_kernel_runs(m, n, k)
     x, (w, b) = torch.randn(m, k).to(dtype), layer(k, n, dtype, "cpu")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = torch.ops.hypatia.fused_mlp(x, [w], [b], True)
     gemms = {e.name for e in prof.events()} & {"aten::addmm", "aten::mm", "mkldnn::_linear_pointwise"}
-    assert (not gemms) == narrow, gemms
+    assert (not gemms) == own_kernel, gemms
     assert rel_error(out, reference_linear_relu(x, w, b)) < TOLERANCE[dtype]

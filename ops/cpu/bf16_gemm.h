@@ -1,0 +1,60 @@
+#pragma once
+// The library's bfloat16 GEMM for CPUs with AVX-512 BF16 and no AMX, where oneDNN's GEMM (eager's)
+// runs the same vdpbf16ps instruction: out = act(x @ w.T + bias) with the bias as each fp32
+// accumulator's start and the ReLU in registers, the output written once. On a 2-core AMD EPYC it
+// ran wide layers at 86-96% of the instruction's peak against oneDNN's 68-88%
+// (docs/perf/cpu-2026-11-24-bf16-gemm/), and narrow ones without oneDNN's per-call overhead
+// (docs/perf/cpu-2026-11-24-avx512-bf16-kernel/). Operands are bfloat16 bits, products summed in
+// fp32 and rounded once to bfloat16. Pure C++ on raw pointers: bf16_gemm_avx512.cpp is compiled
+// with AVX-512 flags and must share no inline code with the rest of the library.
+#include <cstdint>
+
+namespace hypatia::ops {
+
+// Whether this CPU runs the kernel, asked once; in ops/cpu/linear_act_cpu.cpp.
+bool bf16_gemm_supported();
+
+constexpr int64_t kBf16GemmPanel = 16;  // output columns per packed panel
+
+inline int64_t bf16_gemm_panels(int64_t n) {
+  return (n + kBf16GemmPanel - 1) / kBf16GemmPanel;
+}
+
+// Elements that pack_bf16_weight writes for n output and k input features: ceil(n / 16) panels of
+// ceil(k / 2) pairs, each pair's 16 columns interleaved (k, k + 1), as vdpbf16ps reads them.
+inline int64_t bf16_packed_elements(int64_t n, int64_t k) {
+  return bf16_gemm_panels(n) * ((k + 1) / 2) * 2 * kBf16GemmPanel;
+}
+
+// Panels [first_panel, end_panel) of the weight for n output and k input features into `packed`
+// (bf16_packed_elements(n, k) elements; columns and pairs past n and k zero). The weight is
+// w[c * ld + i] for output feature c and input feature i, as a Linear's [n, k] weight; or, when
+// `inputs_major`, w[i * ld + c], as the [k, n] weight of a Linear whose input gradient this computes.
+void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t n, int64_t k, int64_t first_panel,
+                      int64_t end_panel, uint16_t* packed);
+
+// out[r, :n] = act(x[r, :k] @ w.T + bias) for r in [0, rows), w as pack_bf16_weight packed it; x
+// and out rows `ldx` and `ldo` elements apart; bias (fp32) may be null. relu keeps NaN, as
+// torch.relu does.
+void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed,
+                   const float* bias, int64_t n, bool relu, uint16_t* out, int64_t ldo);
+
+// The weight and bias gradients of a narrow bfloat16 layer in one pass over its rows, where oneDNN
+// takes two (its GEMM, then a sum): sums[i][j] += sum over rows r of g[r][i] h[r][j] (i < n, j < k)
+// and bias_sums[i] += sum over r of g[r][i] (when bias_sums is not null), in fp32 by vdpbf16ps over
+// pairs of rows. g [rows, n] and h [rows, k] are bfloat16 bits, rows ldg / ldh apart. sums has
+// narrow_grad_padded(n) rows of ld_sums >= narrow_grad_padded(k) floats; bias_sums
+// narrow_grad_padded(n) floats; scratch narrow_weight_grad_scratch_elements(n, k) elements.
+constexpr int64_t kNarrowGradMaxFeatures = 256;  // the sums of wider layers would leave L2
+inline int64_t narrow_grad_padded(int64_t features) {
+  return bf16_gemm_panels(features) * kBf16GemmPanel;
+}
+constexpr int64_t kNarrowGradChunkRows = 256;  // rows packed at a time: both packs stay in L2
+inline int64_t narrow_weight_grad_scratch_elements(int64_t n, int64_t k) {
+  return kNarrowGradChunkRows * (narrow_grad_padded(n) + narrow_grad_padded(k));
+}
+void narrow_weight_grad_bf16(
+    const uint16_t* g, int64_t ldg, const uint16_t* h, int64_t ldh, int64_t rows, int64_t n, int64_t k, float* sums,
+    int64_t ld_sums, float* bias_sums, uint16_t* scratch);
+
+}  // namespace hypatia::ops
