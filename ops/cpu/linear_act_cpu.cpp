@@ -122,9 +122,9 @@ void relu_into(const at::Tensor& src, at::Tensor& dst) {
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
 // Whether a bfloat16 layer of n x k features over `rows` rows runs the library's kernel: where the
 // CPU has it and the rows pay for packing the weight on every call. On the EPYC
-// (docs/perf/cpu-2026-11-24-bf16-gemm/) a weight that fits in L2 paid from 8 rows (256x256->512:
-// 1.5x eager); larger ones (8 MiB: 1.2-1.8 ms, 2-4x a copy's time) cost 0.55-0.9x eager up to 128
-// rows and 1.01-1.04x at 512.
+// (docs/perf/cpu-2026-11-24-bf16-gemm/rows.log) a weight that fits in L2 paid from 8 rows
+// (256x256->512: 1.42x / 1.06x eager at 1 / 2 threads); larger ones (packing 8 MiB: 1.0-1.4 ms)
+// ran 0.53-0.92x eager up to 128 rows, 0.97-1.29x at 512 and 1.05-1.28x at 2048.
 constexpr int64_t kBf16GemmSmallWeight = int64_t(1) << 18;  // elements: 512 KiB
 constexpr int64_t kMinBf16GemmRows = 512;
 constexpr int64_t kMinBf16InputGradWeight = int64_t(1) << 20;  // elements (cpu_input_grad)
@@ -288,7 +288,7 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
   const int64_t macs = grad2d.size(0) * w.size(0) * w.size(1);
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
   // Wide bfloat16 ones by the library's kernel, as a layer of w.size(0) in and w.size(1) out
-  // features. On the EPYC it ran 1.07-1.15x oneDNN's mm from 2048x784 weights up, but 0.84-0.99x
+  // features. On the EPYC it ran 1.00-1.12x oneDNN's mm from 2048x784 weights up, but 0.44-0.99x
   // up to 512x256, where the forward gains from its epilogue alone
   // (docs/perf/cpu-2026-11-24-bf16-gemm/input_grad.log).
   if (grad2d.scalar_type() == at::kBFloat16 && w.size(0) * w.size(1) >= kMinBf16InputGradWeight &&
