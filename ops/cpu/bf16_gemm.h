@@ -4,9 +4,10 @@
 // accumulator's start and the ReLU in registers, the output written once. On a 2-core AMD EPYC it
 // ran wide layers at 90-95% of the instruction's peak against oneDNN's 78-87%
 // (docs/perf/cpu-2026-11-24-bf16-gemm/); narrow ones gain from the fused bias and ReLU
-// (docs/perf/cpu-2026-11-24-avx512-bf16-kernel/), their GEMM alone slower than oneDNN's. Operands are bfloat16 bits, products summed in
-// fp32 and rounded once to bfloat16. Pure C++ on raw pointers: bf16_gemm_avx512.cpp is compiled
-// with AVX-512 flags and must share no inline code with the rest of the library.
+// (docs/perf/cpu-2026-11-24-avx512-bf16-kernel/), their GEMM alone slower than oneDNN's. Operands
+// are bfloat16 bits, products summed in fp32 and rounded once to bfloat16. Pure C++ on raw
+// pointers: bf16_gemm_avx512.cpp is compiled with AVX-512 flags and must share no inline code with
+// the rest of the library.
 #include <cstdint>
 
 namespace hypatia::ops {

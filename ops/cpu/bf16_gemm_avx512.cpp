@@ -241,7 +241,8 @@ void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t 
     if (inputs_major) {  // the pair's two input features are two rows of w: interleaved
       for (int64_t i = 0; i < k; i += 2) {
         const uint16_t* first = w + i * ld + c0;
-        _mm512_storeu_si512(panel + i * kBf16GemmPanel, interleave_rows(first, i + 1 < k ? first + ld : nullptr, lanes));
+        const uint16_t* second = i + 1 < k ? first + ld : nullptr;
+        _mm512_storeu_si512(panel + i * kBf16GemmPanel, interleave_rows(first, second, lanes));
       }
       continue;
     }

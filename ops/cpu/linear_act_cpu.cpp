@@ -163,9 +163,7 @@ void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const Optional
                   out.stride(0));
   });
 }
-#endif
 
-#ifdef HYPATIA_WITH_AVX512BF16_GEMM
 // cpu_weight_grads by narrow_weight_grad_bf16: one task per thread over whole chunks of rows, each
 // summing into its own fp32 buffers, added in task order and rounded once to bfloat16, as oneDNN's
 // GEMM and ATen's sum round theirs.
@@ -309,8 +307,8 @@ std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, con
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
   // From one chunk of rows up: below it, the per-task buffers cost more than the pass saves.
   const int64_t rows = grad2d.size(0), n = grad2d.size(1), k = h2d.size(1);
-  if (grad2d.scalar_type() == at::kBFloat16 && n > 0 && k > 0 && n <= kNarrowGradMaxFeatures && k <= kNarrowGradMaxFeatures &&
-      rows >= kNarrowGradChunkRows && bf16_gemm_supported()) {
+  if (grad2d.scalar_type() == at::kBFloat16 && n > 0 && k > 0 && n <= kNarrowGradMaxFeatures &&
+      k <= kNarrowGradMaxFeatures && rows >= kNarrowGradChunkRows && bf16_gemm_supported()) {
     return narrow_weight_grads_bf16(grad2d, h2d, bias_grad);
   }
 #endif
