@@ -1,8 +1,8 @@
 // CPU: act(x @ w.T + b) by row blocks: narrow float32 layers (and widened half-precision ones) by
 // the AVX2 kernel of narrow_gemm.h, native bfloat16 ones by the AVX-512 BF16 kernel of bf16_gemm.h,
-// bias and ReLU in their registers; the others with one GEMM per block (oneDNN's inner product or ATen's
-// BLAS, whichever is faster here: below) and the ReLU applied to each block straight after it,
-// while the block is still in cache.
+// bias and ReLU in their registers; the others with one GEMM per block (oneDNN's inner product or
+// ATen's BLAS, whichever is faster here: below) and the ReLU applied to each block straight after
+// it, while the block is still in cache.
 #include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/narrow_gemm.h"
@@ -156,8 +156,7 @@ void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const Optional
   const float* b = bias ? bias->data_ptr<float>() : nullptr;
   const auto* x_bits = static_cast<const uint16_t*>(x_rows.const_data_ptr());
   auto* out_bits = static_cast<uint16_t*>(out.data_ptr());
-  const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / std::max<int64_t>(1, n * k));
-  at::parallel_for(0, x_rows.size(0), grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, x_rows.size(0), rows_per_gemm_task(n * k), [&](int64_t begin, int64_t end) {
     bf16_gemm_act(x_bits + begin * x_rows.stride(0), x_rows.stride(0), end - begin, k,
                   static_cast<const uint16_t*>(packed.const_data_ptr()), b, n, relu, out_bits + begin * out.stride(0),
                   out.stride(0));
@@ -183,8 +182,9 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
     const int64_t first = first_chunk * kNarrowGradChunkRows;
     const int64_t last = std::min(rows, end_chunk * kNarrowGradChunkRows);
     float* task_sums = sums.data_ptr<float>() + t * sums.size(1);
+    float* task_bias_sums = bias_grad ? task_sums + padded_n * padded_k : nullptr;
     narrow_weight_grad_bf16(g_bits + first * g.stride(0), g.stride(0), h_bits + first * h.stride(0), h.stride(0),
-                            last - first, n, k, task_sums, padded_k, bias_grad ? task_sums + padded_n * padded_k : nullptr,
+                            last - first, n, k, task_sums, padded_k, task_bias_sums,
                             static_cast<uint16_t*>(scratch.data_ptr()));
   });
   const at::Tensor total = sums[0];
@@ -245,8 +245,7 @@ CpuLayer prepare_cpu_layer(
   [[maybe_unused]] const bool narrow =
       forward_rows > 0 && out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
-  if (forward_rows > 0 && layer.weight_t.scalar_type() == at::kBFloat16 &&
-      bf16_gemm_pays(forward_rows, out_features, in_features)) {
+  if (layer.weight_t.scalar_type() == at::kBFloat16 && bf16_gemm_pays(forward_rows, out_features, in_features)) {
     layer.packed = packed_bf16_weight(w.contiguous(), /*inputs_major=*/false);
     if (layer.bias) {
       layer.bias = layer.bias->to(at::kFloat).contiguous();
@@ -331,9 +330,7 @@ void run_packed_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor
   const at::Tensor x = x_rows.stride(1) == 1 ? x_rows : x_rows.contiguous();
   const int64_t rows = x.size(0), in_features = x.size(1), out_features = acc.size(1);
   const float* bias = layer.bias ? layer.bias->data_ptr<float>() : nullptr;
-  const int64_t macs_per_row = std::max<int64_t>(1, in_features * out_features);
-  const int64_t grain = std::max<int64_t>(8, (int64_t(1) << 16) / macs_per_row);
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, rows_per_gemm_task(in_features * out_features), [&](int64_t begin, int64_t end) {
     narrow_gemm_act(x.data_ptr<float>() + begin * x.stride(0), x.stride(0), end - begin, in_features,
                     layer.packed.data_ptr<float>(), bias, out_features, layer.relu,
                     acc.data_ptr<float>() + begin * acc.stride(0), acc.stride(0));

@@ -3,8 +3,9 @@
 // packed and applied, and the ReLU itself. One compare yields 16 (float32) or 32 (16-bit) mask bits
 // and one masked move applies them, where the SSE2 forms take a table lookup or a movemask per 8
 // elements (float32 256x512: 2.4x the time of eager's threshold_backward), and ATen's bfloat16 ReLU
-// converts each element to float and back (1024x2048: 3.8x the time of a copy, one thread). Pure C++ on raw pointers: relu_bits_avx512.cpp is compiled with
-// -mavx512f -mavx512bw and must share no inline code with the rest of the library.
+// converts each element to float and back (1024x2048: 3.8x the time of a copy, one thread). Pure
+// C++ on raw pointers: relu_bits_avx512.cpp is compiled with -mavx512f -mavx512bw and must share no
+// inline code with the rest of the library.
 #include <cstdint>
 
 namespace hypatia::ops {

@@ -33,6 +33,12 @@ inline int64_t rows_per_task(int64_t cols) {
   return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, cols));
 }
 
+// Rows per parallel task of a GEMM kernel over rows of `macs_per_row` multiply-adds: about 2^16
+// multiply-adds a task, and no fewer than 8 rows.
+inline int64_t rows_per_gemm_task(int64_t macs_per_row) {
+  return std::max<int64_t>(8, (int64_t(1) << 16) / std::max<int64_t>(1, macs_per_row));
+}
+
 // at::parallel_for whose tasks run with the caller's thread-local state (grad mode, the dispatch
 // keys excluded). Tasks that call ATen ops need it: an OpenMP worker thread starts without the
 // caller's exclusion of autograd, and would record (or refuse) ops on inputs that require grad.

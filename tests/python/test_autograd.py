@@ -164,4 +164,3 @@ def test_cpu_narrow_bfloat16_weight_grad(rows, kn, bias, threads):
     for grad, ref, eager_grad in zip(grads, references, eager):
         assert grad.dtype == torch.bfloat16 and grad.shape == ref.shape
         assert rel_error(grad, ref) <= 1.05 * rel_error(eager_grad, ref) + 1e-6
-
