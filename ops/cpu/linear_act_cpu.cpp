@@ -5,6 +5,7 @@
 // it, while the block is still in cache.
 #include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/cpu_layer.h"
+#include "ops/cpu/f32_weight_grad.h"
 #include "ops/cpu/narrow_gemm.h"
 #include "ops/cpu/relu_bits.h"
 #include "ops/cpu/row_blocks.h"
@@ -198,7 +199,48 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
 }
 #endif
 
+#ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
+// Where cpu_weight_grads takes weight_grads_f32: measured on the EPYC against MKL's mm
+// (docs/perf/cpu-2026-11-24-f32-weight-grad/).
+constexpr int64_t kMinF32WeightGradRows = 1024;
+constexpr int64_t kMinF32WeightGradElements = int64_t(1) << 20;
+
+// cpu_weight_grads by weight_grad_f32: one task a thread, each over a slice of the output's rows
+// where g is the wider operand, else of its columns, so that each task packs only its own slice of
+// the wider one. The bias gradient as ATen's.
+std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
+  const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
+  const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
+  at::Tensor weight = at::empty({n, k}, g.options());
+  const bool split_rows = n >= k;
+  const int64_t extent = split_rows ? n : k, unit = split_rows ? kF32GradTileRows : kF32GradTileCols;
+  const int64_t units = (extent + unit - 1) / unit;
+  const int64_t tasks = std::min<int64_t>(at::get_num_threads(), units);
+  parallel_for_with_state(0, tasks, 1, [&](int64_t first_task, int64_t end_task) {
+    for (int64_t t = first_task; t < end_task; ++t) {
+      const int64_t begin = units * t / tasks * unit, end = std::min(extent, units * (t + 1) / tasks * unit);
+      const int64_t slice_n = split_rows ? end - begin : n, slice_k = split_rows ? k : end - begin;
+      const at::Tensor scratch = at::empty({weight_grad_f32_scratch_elements(slice_n, slice_k)}, g.options());
+      weight_grad_f32(g.const_data_ptr<float>() + (split_rows ? begin : 0), g.stride(0),
+                      h.const_data_ptr<float>() + (split_rows ? 0 : begin), h.stride(0), rows, slice_n, slice_k,
+                      weight.data_ptr<float>() + (split_rows ? begin * k : begin), k, scratch.data_ptr<float>());
+    }
+  });
+  return {std::move(weight), bias_grad ? grad2d.sum(0) : at::Tensor()};
+}
+#endif
+
 }  // namespace
+
+#ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
+// On AMD CPUs with AVX-512 only, where MKL's sgemm (eager's) runs AVX2 code: on Intel ones MKL has
+// its own AVX-512 kernels, not measured against this one.
+bool f32_weight_grad_supported() {
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_is("amd");
+  return supported;
+}
+#endif
 
 #ifdef HYPATIA_WITH_AVX2_GEMM
 // Here, not beside the kernels: code of their files may hold AVX2 or AVX-512 instructions.
@@ -309,6 +351,12 @@ std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, con
   if (grad2d.scalar_type() == at::kBFloat16 && n > 0 && k > 0 && n <= kNarrowGradMaxFeatures &&
       k <= kNarrowGradMaxFeatures && rows >= kNarrowGradChunkRows && bf16_gemm_supported()) {
     return narrow_weight_grads_bf16(grad2d, h2d, bias_grad);
+  }
+#endif
+#ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
+  if (grad2d.scalar_type() == at::kFloat && grad2d.size(0) >= kMinF32WeightGradRows &&
+      grad2d.size(1) * h2d.size(1) >= kMinF32WeightGradElements && f32_weight_grad_supported()) {
+    return weight_grads_f32(grad2d, h2d, bias_grad);
   }
 #endif
   return aten_weight_grads(grad2d, h2d, bias_grad);

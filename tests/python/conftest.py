@@ -37,6 +37,13 @@ def cpu_flags():
 # (ops/cpu/linear_act_cpu.cpp).
 ONEDNN_FLOAT32_BLOCKS_CPU = cpu_info("vendor_id") == "AuthenticAMD" and "avx512f" in cpu_flags()
 
+
+def f32_weight_grad_runs(rows: int, n: int, k: int) -> bool:
+    """Whether a float32 layer of n output and k input features over `rows` rows takes the library's
+    weight-gradient kernel (cpu_weight_grads in ops/cpu/linear_act_cpu.cpp): AMD CPUs with AVX-512,
+    where MKL's sgemm runs AVX2 code, from 1024 rows and 2^20 weight elements."""
+    return ONEDNN_FLOAT32_BLOCKS_CPU and rows >= 1024 and n * k >= 1 << 20
+
 # The library's bfloat16 kernels (ops/cpu/bf16_gemm_avx512.cpp) run where oneDNN's GEMM is native
 # bfloat16 and the CPU has AVX-512 BF16, but not AMX (whose oneDNN GEMM is faster).
 BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
