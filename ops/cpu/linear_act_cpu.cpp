@@ -216,16 +216,13 @@ std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, con
   const bool split_rows = n >= k;
   const int64_t extent = split_rows ? n : k, unit = split_rows ? kF32GradTileRows : kF32GradTileCols;
   const int64_t units = (extent + unit - 1) / unit;
-  const int64_t tasks = std::min<int64_t>(at::get_num_threads(), units);
-  parallel_for_with_state(0, tasks, 1, [&](int64_t first_task, int64_t end_task) {
-    for (int64_t t = first_task; t < end_task; ++t) {
-      const int64_t begin = units * t / tasks * unit, end = std::min(extent, units * (t + 1) / tasks * unit);
-      const int64_t slice_n = split_rows ? end - begin : n, slice_k = split_rows ? k : end - begin;
-      const at::Tensor scratch = at::empty({weight_grad_f32_scratch_elements(slice_n, slice_k)}, g.options());
-      weight_grad_f32(g.const_data_ptr<float>() + (split_rows ? begin : 0), g.stride(0),
-                      h.const_data_ptr<float>() + (split_rows ? 0 : begin), h.stride(0), rows, slice_n, slice_k,
-                      weight.data_ptr<float>() + (split_rows ? begin * k : begin), k, scratch.data_ptr<float>());
-    }
+  for_each_reduction_task(reduction_tasks(units), units, [&](int64_t, int64_t first_unit, int64_t end_unit) {
+    const int64_t begin = first_unit * unit, end = std::min(extent, end_unit * unit);
+    const int64_t slice_n = split_rows ? end - begin : n, slice_k = split_rows ? k : end - begin;
+    const at::Tensor scratch = at::empty({weight_grad_f32_scratch_elements(slice_n, slice_k)}, g.options());
+    weight_grad_f32(g.const_data_ptr<float>() + (split_rows ? begin : 0), g.stride(0),
+                    h.const_data_ptr<float>() + (split_rows ? 0 : begin), h.stride(0), rows, slice_n, slice_k,
+                    weight.data_ptr<float>() + (split_rows ? begin * k : begin), k, scratch.data_ptr<float>());
   });
   return {std::move(weight), bias_grad ? grad2d.sum(0) : at::Tensor()};
 }
