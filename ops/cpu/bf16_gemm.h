@@ -44,18 +44,29 @@ void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, cons
 // takes two (its GEMM, then a sum): sums[i][j] += sum over rows r of g[r][i] h[r][j] (i < n, j < k)
 // and bias_sums[i] += sum over r of g[r][i] (when bias_sums is not null), in fp32 by vdpbf16ps over
 // pairs of rows. g [rows, n] and h [rows, k] are bfloat16 bits, rows ldg / ldh apart. sums has
-// narrow_grad_padded(n) rows of ld_sums >= narrow_grad_padded(k) floats; bias_sums
-// narrow_grad_padded(n) floats; scratch narrow_weight_grad_scratch_elements(n, k) elements.
+// bf16_grad_padded(n) rows of ld_sums >= bf16_grad_padded(k) floats; bias_sums
+// bf16_grad_padded(n) floats; scratch narrow_weight_grad_scratch_elements(n, k) elements.
 constexpr int64_t kNarrowGradMaxFeatures = 256;  // the sums of wider layers would leave L2
-inline int64_t narrow_grad_padded(int64_t features) {
+inline int64_t bf16_grad_padded(int64_t features) {  // rows and columns of a weight gradient's fp32 sums
   return bf16_gemm_panels(features) * kBf16GemmPanel;
 }
 constexpr int64_t kNarrowGradChunkRows = 256;  // rows packed at a time: both packs stay in L2
 inline int64_t narrow_weight_grad_scratch_elements(int64_t n, int64_t k) {
-  return kNarrowGradChunkRows * (narrow_grad_padded(n) + narrow_grad_padded(k));
+  return kNarrowGradChunkRows * (bf16_grad_padded(n) + bf16_grad_padded(k));
 }
 void narrow_weight_grad_bf16(
     const uint16_t* g, int64_t ldg, const uint16_t* h, int64_t ldh, int64_t rows, int64_t n, int64_t k, float* sums,
     int64_t ld_sums, float* bias_sums, uint16_t* scratch);
+
+// The weight gradient of a wide bfloat16 layer: from 4096 rows it ran at 80-90% of the
+// instruction's peak against oneDNN's GEMM (eager's) at 73-85%
+// (docs/perf/cpu-2026-11-24-bf16-weight-grad/). sums[i][j] = sum over rows r of g[r][i] h[r][j]
+// (i < n, j < k), in fp32 by vdpbf16ps over pairs of rows, overwriting sums (bf16_grad_padded(n)
+// rows of ld_sums >= bf16_grad_padded(k) floats; the padding gets zeros). g [rows, n] and h
+// [rows, k] are bfloat16 bits, rows ldg / ldh apart; scratch wide_weight_grad_scratch_elements(n, k)
+// elements.
+int64_t wide_weight_grad_scratch_elements(int64_t n, int64_t k);
+void wide_weight_grad_bf16(const uint16_t* g, int64_t ldg, const uint16_t* h, int64_t ldh, int64_t rows, int64_t n,
+                           int64_t k, float* sums, int64_t ld_sums, uint16_t* scratch);
 
 }  // namespace hypatia::ops

@@ -43,13 +43,15 @@ __m512bh pair(const uint16_t* x) {
 }
 
 // The `lanes` first elements of rows `first` and `second` (null: zeros) as vdpbf16ps pairs: element
-// 2i of the result is element i of first, 2i + 1 element i of second.
+// 2i of the result is element i of first, 2i + 1 element i of second (each widened to 32 bits, the
+// second shifted into the high half).
 __m512i interleave_rows(const uint16_t* first, const uint16_t* second, __mmask16 lanes) {
-  alignas(64) static const uint16_t kInterleave[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                                       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i a = first ? _mm512_maskz_loadu_epi16(lanes, first) : _mm512_setzero_si512();
-  const __m512i b = second ? _mm512_maskz_loadu_epi16(lanes, second) : _mm512_setzero_si512();
-  return _mm512_permutex2var_epi16(a, _mm512_load_si512(kInterleave), b);
+  // The zero-masked forms with every lane set: GCC 12 warns on the plain ones' undefined pass-through.
+  auto widened = [&](const uint16_t* row) {
+    return row ? _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(lanes, row)) : _mm512_setzero_si512();
+  };
+  const __m512i a = widened(first), b = widened(second);
+  return _mm512_or_si512(a, _mm512_maskz_slli_epi32(0xffff, b, 16));
 }
 
 // v[r] (16 32-bit elements each) becomes its transpose: element c of v[r] is element r of the old v[c].
@@ -166,46 +168,75 @@ void strip_of(int64_t rows, int64_t panels, const uint16_t* x, int64_t ldx, int6
   kStrips[rows - 1][panels - 1](x, ldx, k, panel, panel_stride, bias, cols, relu, out, ldo);
 }
 
-// Features rounded up to whole 16-lane vectors (narrow_grad_padded, a header's inline function).
+// Features rounded up to whole 16-lane vectors (bf16_grad_padded, a header's inline function).
 int64_t padded(int64_t features) {
   return (features + kBf16GemmPanel - 1) / kBf16GemmPanel * kBf16GemmPanel;
 }
 
-// Rows r and r + 1 of src (`cols` columns, rows `ld` apart; a row at or past `rows` reads as zeros)
-// as vdpbf16ps pairs: lane i of 16-lane vector v holds (src[r][16v + i], src[r + 1][16v + i]).
-void pack_row_pair(const uint16_t* src, int64_t ld, int64_t r, int64_t rows, int64_t cols, uint16_t* dst) {
-  for (int64_t c = 0; c < cols; c += kBf16GemmPanel) {
-    const uint16_t* first = r < rows ? src + r * ld + c : nullptr;
-    const uint16_t* second = r + 1 < rows ? src + (r + 1) * ld + c : nullptr;
-    _mm512_storeu_si512(dst + 2 * c, interleave_rows(first, second, first_lanes(cols - c)));
+// Rows [r0, r0 + 2 pairs) of src's columns [0, cols) as vdpbf16ps pairs, in whole vectors of 16 (zeros
+// past cols, and for rows at or past `rows`): pair p at dst + p * stride holds (src[r][c],
+// src[r + 1][c]) for each column c.
+void pack_pairs(const uint16_t* src, int64_t ld, int64_t r0, int64_t rows, int64_t pairs, int64_t cols, uint16_t* dst,
+                int64_t stride) {
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t r = r0 + 2 * p;
+    const uint16_t* first = r < rows ? src + r * ld : nullptr;
+    const uint16_t* second = r + 1 < rows ? src + (r + 1) * ld : nullptr;
+    for (int64_t c = 0; c < cols; c += kBf16GemmPanel) {
+      _mm512_storeu_si512(dst + p * stride + 2 * c, interleave_rows(first ? first + c : nullptr,
+                                                                    second ? second + c : nullptr, first_lanes(cols - c)));
+    }
   }
 }
 
-// sums rows [n0, n0 + R), vectors [v0, v0 + P) += the products of `pairs` packed row pairs of g
-// (its column pairs `g_stride` elements a pair) and of h (`h_stride`).
+// Rows [first, end) of src's columns [0, cols), rows `ld` elements apart, into the caches.
+void prefetch_rows(const uint16_t* src, int64_t ld, int64_t first, int64_t end, int64_t cols) {
+  const int64_t bytes = cols * static_cast<int64_t>(sizeof(uint16_t));
+  for (int64_t r = first; r < end; ++r) {
+    const char* row = reinterpret_cast<const char*>(src + r * ld);
+    for (int64_t b = 0; b < bytes; b += 64) {
+      _mm_prefetch(row + b, _MM_HINT_T0);
+    }
+    _mm_prefetch(row + bytes - 1, _MM_HINT_T0);  // the row's last line, where it starts mid-line
+  }
+}
+
+// out rows [0, R), columns [0, 16 P) (+)= the products of `pairs` packed row pairs: of g (R 32-bit
+// column pairs, `g_stride` elements a pair) and of h (P vectors of 16 column pairs, `h_stride`).
+// first: out is overwritten; `next`: the output tile that follows, prefetched while this one
+// computes (its lines would otherwise stall the next tile's first loads).
 template <int R, int P>
-void grad_tile(const uint16_t* g_pairs, int64_t g_stride, const uint16_t* h_pairs, int64_t h_stride, int64_t pairs,
-               int64_t n0, int64_t v0, float* sums, int64_t ld_sums) {
+void grad_tile(const uint16_t* g, int64_t g_stride, const uint16_t* h, int64_t h_stride, int64_t pairs, float* out,
+               int64_t ldo, bool first, const float* next) {
+  if (next != nullptr) {
+#pragma GCC unroll 6
+    for (int j = 0; j < R; ++j) {
+#pragma GCC unroll 4
+      for (int q = 0; q < P; ++q) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + j * ldo + kBf16GemmPanel * q), _MM_HINT_T0);
+      }
+    }
+  }
   __m512 acc[R][P];
 #pragma GCC unroll 6
   for (int j = 0; j < R; ++j) {
 #pragma GCC unroll 4
     for (int q = 0; q < P; ++q) {
-      acc[j][q] = _mm512_loadu_ps(sums + (n0 + j) * ld_sums + kBf16GemmPanel * (v0 + q));
+      acc[j][q] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out + j * ldo + kBf16GemmPanel * q);
     }
   }
   for (int64_t p = 0; p < pairs; ++p) {
-    __m512bh h[P];
+    __m512bh hv[P];
 #pragma GCC unroll 4
     for (int q = 0; q < P; ++q) {
-      h[q] = (__m512bh)_mm512_loadu_si512(h_pairs + p * h_stride + 2 * kBf16GemmPanel * (v0 + q));
+      hv[q] = (__m512bh)_mm512_loadu_si512(h + p * h_stride + 2 * kBf16GemmPanel * q);
     }
 #pragma GCC unroll 6
     for (int j = 0; j < R; ++j) {
-      const __m512bh g = pair(g_pairs + p * g_stride + 2 * (n0 + j));
+      const __m512bh gv = pair(g + p * g_stride + 2 * j);
 #pragma GCC unroll 4
       for (int q = 0; q < P; ++q) {
-        acc[j][q] = _mm512_dpbf16_ps(acc[j][q], g, h[q]);
+        acc[j][q] = _mm512_dpbf16_ps(acc[j][q], gv, hv[q]);
       }
     }
   }
@@ -213,20 +244,34 @@ void grad_tile(const uint16_t* g_pairs, int64_t g_stride, const uint16_t* h_pair
   for (int j = 0; j < R; ++j) {
 #pragma GCC unroll 4
     for (int q = 0; q < P; ++q) {
-      _mm512_storeu_ps(sums + (n0 + j) * ld_sums + kBf16GemmPanel * (v0 + q), acc[j][q]);
+      _mm512_storeu_ps(out + j * ldo + kBf16GemmPanel * q, acc[j][q]);
     }
   }
 }
 
-// grad_tile of `rows` (6, 4 or 2) x `panels` (1 to 4).
-void grad_tile_of(int64_t rows, int64_t panels, const uint16_t* g_pairs, int64_t g_stride, const uint16_t* h_pairs,
-                  int64_t h_stride, int64_t pairs, int64_t n0, int64_t v0, float* sums, int64_t ld_sums) {
-  using Tile = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
+// grad_tile of `rows` (6, 4 or 2: the sums' rows are padded to 16) x `panels` (1 to 4).
+void grad_tile_of(int64_t rows, int64_t panels, const uint16_t* g, int64_t g_stride, const uint16_t* h,
+                  int64_t h_stride, int64_t pairs, float* out, int64_t ldo, bool first, const float* next) {
+  using Tile = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t, bool,
+                        const float*);
   static constexpr Tile kTiles[3][4] = {
       {grad_tile<2, 1>, grad_tile<2, 2>, grad_tile<2, 3>, grad_tile<2, 4>},
       {grad_tile<4, 1>, grad_tile<4, 2>, grad_tile<4, 3>, grad_tile<4, 4>},
       {grad_tile<6, 1>, grad_tile<6, 2>, grad_tile<6, 3>, grad_tile<6, 4>}};
-  kTiles[rows / 2 - 1][panels - 1](g_pairs, g_stride, h_pairs, h_stride, pairs, n0, v0, sums, ld_sums);
+  kTiles[rows / 2 - 1][panels - 1](g, g_stride, h, h_stride, pairs, out, ldo, first, next);
+}
+
+// The wide weight gradient's blocking, as the float32 one's (f32_weight_grad_avx512.cpp): rows of g
+// and h packed at a time (each output tile is loaded and stored once a chunk), and output rows
+// packed at a time: their g (1024 x 96 bf16) and one tile's h (1024 x 64) stay in L2 together.
+constexpr int64_t kWideGradChunkRows = 1024;
+constexpr int64_t kWideGradBlockRows = 16 * kTileRows;
+constexpr int64_t kTileCols = kTilePanels * kBf16GemmPanel;
+constexpr int64_t kHStride = kWideGradChunkRows * kTileCols;  // elements of one tile's packed h
+constexpr int64_t kPrefetchTiles = 4;
+
+int64_t column_tiles(int64_t k) {
+  return (k + kTileCols - 1) / kTileCols;
 }
 
 }  // namespace
@@ -295,16 +340,15 @@ void narrow_weight_grad_bf16(
   // (6 rows x 64 columns) over the chunk while its packs are in cache.
   for (int64_t r = 0; r < rows; r += kNarrowGradChunkRows) {
     const int64_t pairs = (min(kNarrowGradChunkRows, rows - r) + 1) / 2;
-    for (int64_t p = 0; p < pairs; ++p) {
-      pack_row_pair(g, ldg, r + 2 * p, rows, n, g_pairs + p * g_stride);
-      pack_row_pair(h, ldh, r + 2 * p, rows, k, h_pairs + p * h_stride);
-    }
+    pack_pairs(g, ldg, r, rows, pairs, n, g_pairs, g_stride);
+    pack_pairs(h, ldh, r, rows, pairs, k, h_pairs, h_stride);
     // Tiles of 6 rows of the sums; the padded rows, a multiple of 16, leave 0, 2 or 4 for a last tile.
     for (int64_t n0 = 0; n0 < n_vectors * kBf16GemmPanel; n0 += kTileRows) {
       const int64_t tile_rows = min(kTileRows, n_vectors * kBf16GemmPanel - n0);
       for (int64_t v0 = 0; v0 < k_vectors; v0 += kTilePanels) {
-        grad_tile_of(tile_rows, min(kTilePanels, k_vectors - v0), g_pairs, g_stride, h_pairs, h_stride, pairs, n0, v0,
-                     sums, ld_sums);
+        grad_tile_of(tile_rows, min(kTilePanels, k_vectors - v0), g_pairs + 2 * n0, g_stride,
+                     h_pairs + 2 * kBf16GemmPanel * v0, h_stride, pairs, sums + n0 * ld_sums + kBf16GemmPanel * v0,
+                     ld_sums, /*first=*/false, /*next=*/nullptr);
       }
     }
     if (bias_sums != nullptr) {  // g's pairs times 1.0: g[r][i] + g[r + 1][i] added in fp32
@@ -314,6 +358,59 @@ void narrow_weight_grad_bf16(
           acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(g_pairs + p * g_stride + 2 * kBf16GemmPanel * v), ones);
         }
         _mm512_storeu_ps(bias_sums + kBf16GemmPanel * v, acc);
+      }
+    }
+  }
+}
+
+int64_t wide_weight_grad_scratch_elements(int64_t n, int64_t k) {
+  return column_tiles(k) * kHStride + kWideGradChunkRows * min(padded(n), kWideGradBlockRows);
+}
+
+void wide_weight_grad_bf16(const uint16_t* g, int64_t ldg, const uint16_t* h, int64_t ldh, int64_t rows, int64_t n,
+                           int64_t k, float* sums, int64_t ld_sums, uint16_t* scratch) {
+  const int64_t padded_n = padded(n), k_tiles = column_tiles(k);
+  uint16_t* packed_h = scratch;  // [tile][pair][64 column pairs]
+  uint16_t* packed_g = packed_h + k_tiles * kHStride;  // [pair][block's column pairs]
+  for (int64_t r0 = 0; r0 < rows; r0 += kWideGradChunkRows) {
+    const int64_t chunk_rows = min(kWideGradChunkRows, rows - r0), pairs = (chunk_rows + 1) / 2;
+    const bool first = r0 == 0;
+    for (int64_t i0 = 0; i0 < padded_n; i0 += kWideGradBlockRows) {
+      const int64_t block = min(kWideGradBlockRows, padded_n - i0);  // a multiple of 16
+      const int64_t strips = (block + kTileRows - 1) / kTileRows;    // the last of 6, 4 or 2 rows
+      pack_pairs(g + i0, ldg, r0, rows, pairs, min(block, n - i0), packed_g, 2 * block);
+      // The packs read columns down the rows, a new page every row or two: their sources are
+      // prefetched while the tiles before them compute. The next block's g over this block's last
+      // tiles (earlier, the packed h streaming through L2 would evict it); in the first block, each
+      // tile's h (packed there, for every block) over the tile before.
+      const int64_t next_i = i0 + kWideGradBlockRows, prefetch_tiles = min(k_tiles, kPrefetchTiles);
+      const int64_t calls = prefetch_tiles * strips;
+      // Tiles of 64 columns outside, strips of 6 rows inside: a tile's packed h stays in L2 while
+      // every strip of the block passes it.
+      for (int64_t t = 0; t < k_tiles; ++t) {
+        const int64_t cols = min(kTileCols, k - t * kTileCols);
+        if (i0 == 0) {
+          pack_pairs(h + t * kTileCols, ldh, r0, rows, pairs, cols, packed_h + t * kHStride, 2 * kTileCols);
+        }
+        for (int64_t s = 0; s < strips; ++s) {
+          const int64_t call = (t - (k_tiles - prefetch_tiles)) * strips + s;
+          if (next_i < n && call >= 0) {
+            prefetch_rows(g + r0 * ldg + next_i, ldg, chunk_rows * call / calls, chunk_rows * (call + 1) / calls,
+                          min(kWideGradBlockRows, n - next_i));
+          }
+          if (i0 == 0 && t + 1 < k_tiles) {
+            prefetch_rows(h + r0 * ldh + (t + 1) * kTileCols, ldh, chunk_rows * s / strips,
+                          chunk_rows * (s + 1) / strips, min(kTileCols, k - (t + 1) * kTileCols));
+          }
+          float* out = sums + (i0 + s * kTileRows) * ld_sums + t * kTileCols;
+          const float* next = first ? nullptr
+              : s + 1 < strips      ? out + kTileRows * ld_sums
+              : t + 1 < k_tiles     ? sums + i0 * ld_sums + (t + 1) * kTileCols
+                                    : nullptr;
+          grad_tile_of(min(kTileRows, block - s * kTileRows), (cols + kBf16GemmPanel - 1) / kBf16GemmPanel,
+                       packed_g + 2 * kTileRows * s, 2 * block, packed_h + t * kHStride, 2 * kTileCols, pairs, out,
+                       ld_sums, first, next);
+        }
       }
     }
   }

@@ -172,7 +172,7 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
   const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
   const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
   const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
-  const int64_t padded_n = narrow_grad_padded(n), padded_k = narrow_grad_padded(k);
+  const int64_t padded_n = bf16_grad_padded(n), padded_k = bf16_grad_padded(k);
   const int64_t chunks = (rows + kNarrowGradChunkRows - 1) / kNarrowGradChunkRows;
   const int64_t tasks = reduction_tasks(chunks);
   const at::Tensor sums = at::zeros({tasks, padded_n * padded_k + padded_n}, g.options().dtype(at::kFloat));
@@ -199,32 +199,70 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
 }
 #endif
 
-#ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
-// Where cpu_weight_grads takes weight_grads_f32: measured on the EPYC against MKL's mm
-// (docs/perf/cpu-2026-11-24-f32-weight-grad/).
+// Where cpu_weight_grads takes the library's kernels for wide layers, measured on the EPYC: float32
+// against MKL's mm (docs/perf/cpu-2026-11-24-f32-weight-grad/); bfloat16 against oneDNN's
+// (docs/perf/cpu-2026-11-24-bf16-weight-grad/), where from 4096 rows it ran 1.02-1.11x oneDNN's mm
+// alone and at 1024 rows, packing both operands, within the noise of it.
+constexpr int64_t kMinWideWeightGradElements = int64_t(1) << 20;
 constexpr int64_t kMinF32WeightGradRows = 1024;
-constexpr int64_t kMinF32WeightGradElements = int64_t(1) << 20;
+constexpr int64_t kMinBf16WeightGradRows = 4096;
 
-// cpu_weight_grads by weight_grad_f32: one task a thread, each over a slice of the output's rows
-// where g is the wider operand, else of its columns, so that each task packs only its own slice of
-// the wider one. The bias gradient as ATen's.
+// fn(i, slice_n, j, slice_k) for the output block [i, i + slice_n) x [j, j + slice_k) of a weight
+// gradient [n, k], one task a thread: slices of its rows (whole `row_unit`s) where g is the wider
+// operand, else of its columns (`col_unit`s), so that each task packs only its own slice of the
+// wider one.
+template <typename Fn>
+void for_each_output_slice(int64_t n, int64_t k, int64_t row_unit, int64_t col_unit, const Fn& fn) {
+  const bool split_rows = n >= k;
+  const int64_t extent = split_rows ? n : k, unit = split_rows ? row_unit : col_unit;
+  const int64_t units = (extent + unit - 1) / unit;
+  for_each_reduction_task(reduction_tasks(units), units, [&](int64_t, int64_t first_unit, int64_t end_unit) {
+    const int64_t begin = first_unit * unit, end = std::min(extent, end_unit * unit);
+    if (split_rows) {
+      fn(begin, end - begin, int64_t(0), k);
+    } else {
+      fn(int64_t(0), n, begin, end - begin);
+    }
+  });
+}
+
+#ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
+// cpu_weight_grads by weight_grad_f32; the bias gradient as ATen's.
 std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
   const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
   const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
   const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
   at::Tensor weight = at::empty({n, k}, g.options());
-  const bool split_rows = n >= k;
-  const int64_t extent = split_rows ? n : k, unit = split_rows ? kF32GradTileRows : kF32GradTileCols;
-  const int64_t units = (extent + unit - 1) / unit;
-  for_each_reduction_task(reduction_tasks(units), units, [&](int64_t, int64_t first_unit, int64_t end_unit) {
-    const int64_t begin = first_unit * unit, end = std::min(extent, end_unit * unit);
-    const int64_t slice_n = split_rows ? end - begin : n, slice_k = split_rows ? k : end - begin;
+  for_each_output_slice(n, k, kF32GradTileRows, kF32GradTileCols, [&](int64_t i, int64_t slice_n, int64_t j,
+                                                                      int64_t slice_k) {
     const at::Tensor scratch = at::empty({weight_grad_f32_scratch_elements(slice_n, slice_k)}, g.options());
-    weight_grad_f32(g.const_data_ptr<float>() + (split_rows ? begin : 0), g.stride(0),
-                    h.const_data_ptr<float>() + (split_rows ? 0 : begin), h.stride(0), rows, slice_n, slice_k,
-                    weight.data_ptr<float>() + (split_rows ? begin * k : begin), k, scratch.data_ptr<float>());
+    weight_grad_f32(g.const_data_ptr<float>() + i, g.stride(0), h.const_data_ptr<float>() + j, h.stride(0), rows,
+                    slice_n, slice_k, weight.data_ptr<float>() + i * k + j, k, scratch.data_ptr<float>());
   });
   return {std::move(weight), bias_grad ? grad2d.sum(0) : at::Tensor()};
+}
+#endif
+
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+// cpu_weight_grads by wide_weight_grad_bf16: fp32 sums rounded once to bfloat16, as oneDNN's GEMM
+// rounds; the bias gradient as ATen's. Slices start at multiples of 16 rows, where the kernel's
+// padded sums rows start, or of 64 columns.
+std::pair<at::Tensor, at::Tensor> wide_weight_grads_bf16(
+    const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
+  const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
+  const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
+  const int64_t ld = bf16_grad_padded(k);
+  at::Tensor sums = at::empty({bf16_grad_padded(n), ld}, g.options().dtype(at::kFloat));
+  const auto* g_bits = static_cast<const uint16_t*>(g.const_data_ptr());
+  const auto* h_bits = static_cast<const uint16_t*>(h.const_data_ptr());
+  for_each_output_slice(n, k, kBf16GemmPanel, 4 * kBf16GemmPanel, [&](int64_t i, int64_t slice_n, int64_t j,
+                                                                      int64_t slice_k) {
+    const at::Tensor scratch = at::empty({wide_weight_grad_scratch_elements(slice_n, slice_k)}, g.options());
+    wide_weight_grad_bf16(g_bits + i, g.stride(0), h_bits + j, h.stride(0), rows, slice_n, slice_k,
+                          sums.data_ptr<float>() + i * ld + j, ld, static_cast<uint16_t*>(scratch.data_ptr()));
+  });
+  return {sums.narrow(0, 0, n).narrow(1, 0, k).to(at::kBFloat16), bias_grad ? grad2d.sum(0) : at::Tensor()};
 }
 #endif
 
@@ -342,17 +380,22 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
 }
 
 std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
-#ifdef HYPATIA_WITH_AVX512BF16_GEMM
-  // From one chunk of rows up: below it, the per-task buffers cost more than the pass saves.
   const int64_t rows = grad2d.size(0), n = grad2d.size(1), k = h2d.size(1);
-  if (grad2d.scalar_type() == at::kBFloat16 && n > 0 && k > 0 && n <= kNarrowGradMaxFeatures &&
-      k <= kNarrowGradMaxFeatures && rows >= kNarrowGradChunkRows && bf16_gemm_supported()) {
-    return narrow_weight_grads_bf16(grad2d, h2d, bias_grad);
+  [[maybe_unused]] const bool wide = n * k >= kMinWideWeightGradElements;
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+  if (grad2d.scalar_type() == at::kBFloat16 && bf16_gemm_supported()) {
+    // Narrow layers from one chunk of rows up: below it, the per-task buffers cost more than the
+    // pass saves.
+    if (n > 0 && k > 0 && n <= kNarrowGradMaxFeatures && k <= kNarrowGradMaxFeatures && rows >= kNarrowGradChunkRows) {
+      return narrow_weight_grads_bf16(grad2d, h2d, bias_grad);
+    }
+    if (wide && rows >= kMinBf16WeightGradRows) {
+      return wide_weight_grads_bf16(grad2d, h2d, bias_grad);
+    }
   }
 #endif
 #ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
-  if (grad2d.scalar_type() == at::kFloat && grad2d.size(0) >= kMinF32WeightGradRows &&
-      grad2d.size(1) * h2d.size(1) >= kMinF32WeightGradElements && f32_weight_grad_supported()) {
+  if (grad2d.scalar_type() == at::kFloat && wide && rows >= kMinF32WeightGradRows && f32_weight_grad_supported()) {
     return weight_grads_f32(grad2d, h2d, bias_grad);
   }
 #endif

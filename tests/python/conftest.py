@@ -56,6 +56,14 @@ def bf16_kernel_runs(rows: int, n: int, k: int) -> bool:
             and (rows >= 512 or n * k <= 1 << 18))
 
 
+def bf16_wide_weight_grad_runs(rows: int, n: int, k: int) -> bool:
+    """Whether a wide bfloat16 layer of n output and k input features over `rows` rows takes the
+    library's weight-gradient kernel (cpu_weight_grads in ops/cpu/linear_act_cpu.cpp): where its
+    bfloat16 kernels run, from 4096 rows and 2^20 weight elements."""
+    return (BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported() and rows >= 4096
+            and n * k >= 1 << 20)
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64."""
     return ((out.double().cpu() - ref.double().cpu()).norm() / ref.double().cpu().norm()).item()
