@@ -268,7 +268,7 @@ constexpr int64_t kWideGradChunkRows = 1024;
 constexpr int64_t kWideGradBlockRows = 16 * kTileRows;
 constexpr int64_t kTileCols = kTilePanels * kBf16GemmPanel;
 constexpr int64_t kHStride = kWideGradChunkRows * kTileCols;  // elements of one tile's packed h
-constexpr int64_t kPrefetchTiles = 4;
+constexpr int64_t kPrefetchTiles = 4;  // a block's last tiles, over which the next block's g is prefetched
 
 int64_t column_tiles(int64_t k) {
   return (k + kTileCols - 1) / kTileCols;
