@@ -58,6 +58,9 @@ void narrow_weight_grad_bf16(
     const uint16_t* g, int64_t ldg, const uint16_t* h, int64_t ldh, int64_t rows, int64_t n, int64_t k, float* sums,
     int64_t ld_sums, float* bias_sums, uint16_t* scratch);
 
+// The wide weight-gradient kernel's output tile columns: its output is best split at multiples of it.
+constexpr int64_t kWideGradTileCols = 64;
+
 // The weight gradient of a wide bfloat16 layer: from 4096 rows it ran at 80-90% of the
 // instruction's peak against oneDNN's GEMM (eager's) at 73-85%
 // (docs/perf/cpu-2026-11-24-bf16-weight-grad/). sums[i][j] = sum over rows r of g[r][i] h[r][j]

@@ -266,7 +266,8 @@ void grad_tile_of(int64_t rows, int64_t panels, const uint16_t* g, int64_t g_str
 // packed at a time: their g (1024 x 96 bf16) and one tile's h (1024 x 64) stay in L2 together.
 constexpr int64_t kWideGradChunkRows = 1024;
 constexpr int64_t kWideGradBlockRows = 16 * kTileRows;
-constexpr int64_t kTileCols = kTilePanels * kBf16GemmPanel;
+constexpr int64_t kTileCols = kWideGradTileCols;
+static_assert(kTileCols == kTilePanels * kBf16GemmPanel);
 constexpr int64_t kHStride = kWideGradChunkRows * kTileCols;  // elements of one tile's packed h
 constexpr int64_t kPrefetchTiles = 4;  // a block's last tiles, over which the next block's g is prefetched
 

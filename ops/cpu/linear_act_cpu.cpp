@@ -152,7 +152,7 @@ at::Tensor packed_bf16_weight(const at::Tensor& w, bool inputs_major) {
 // parallel task); bias fp32 or undefined.
 void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const OptionalTensor& bias, bool relu,
                    at::Tensor& out) {
-  const at::Tensor x_rows = x.stride(1) == 1 ? x : x.contiguous();
+  const at::Tensor x_rows = with_unit_column_stride(x);
   const int64_t k = x_rows.size(1), n = out.size(1);
   const float* b = bias ? bias->data_ptr<float>() : nullptr;
   const auto* x_bits = static_cast<const uint16_t*>(x_rows.const_data_ptr());
@@ -169,8 +169,8 @@ void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const Optional
 // GEMM and ATen's sum round theirs.
 std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
     const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
-  const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
-  const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
+  const at::Tensor g = with_unit_column_stride(grad2d);
+  const at::Tensor h = with_unit_column_stride(h2d);
   const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
   const int64_t padded_n = bf16_grad_padded(n), padded_k = bf16_grad_padded(k);
   const int64_t chunks = (rows + kNarrowGradChunkRows - 1) / kNarrowGradChunkRows;
@@ -229,8 +229,8 @@ void for_each_output_slice(int64_t n, int64_t k, int64_t row_unit, int64_t col_u
 #ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
 // cpu_weight_grads by weight_grad_f32; the bias gradient as ATen's.
 std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
-  const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
-  const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
+  const at::Tensor g = with_unit_column_stride(grad2d);
+  const at::Tensor h = with_unit_column_stride(h2d);
   const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
   at::Tensor weight = at::empty({n, k}, g.options());
   for_each_output_slice(n, k, kF32GradTileRows, kF32GradTileCols, [&](int64_t i, int64_t slice_n, int64_t j,
@@ -249,14 +249,14 @@ std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, con
 // padded sums rows start, or of 64 columns.
 std::pair<at::Tensor, at::Tensor> wide_weight_grads_bf16(
     const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
-  const at::Tensor g = grad2d.stride(1) == 1 ? grad2d : grad2d.contiguous();
-  const at::Tensor h = h2d.stride(1) == 1 ? h2d : h2d.contiguous();
+  const at::Tensor g = with_unit_column_stride(grad2d);
+  const at::Tensor h = with_unit_column_stride(h2d);
   const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
   const int64_t ld = bf16_grad_padded(k);
   at::Tensor sums = at::empty({bf16_grad_padded(n), ld}, g.options().dtype(at::kFloat));
   const auto* g_bits = static_cast<const uint16_t*>(g.const_data_ptr());
   const auto* h_bits = static_cast<const uint16_t*>(h.const_data_ptr());
-  for_each_output_slice(n, k, kBf16GemmPanel, 4 * kBf16GemmPanel, [&](int64_t i, int64_t slice_n, int64_t j,
+  for_each_output_slice(n, k, kBf16GemmPanel, kWideGradTileCols, [&](int64_t i, int64_t slice_n, int64_t j,
                                                                       int64_t slice_k) {
     const at::Tensor scratch = at::empty({wide_weight_grad_scratch_elements(slice_n, slice_k)}, g.options());
     wide_weight_grad_bf16(g_bits + i, g.stride(0), h_bits + j, h.stride(0), rows, slice_n, slice_k,
@@ -415,7 +415,7 @@ void run_packed_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor
     return;
   }
 #ifdef HYPATIA_WITH_AVX2_GEMM
-  const at::Tensor x = x_rows.stride(1) == 1 ? x_rows : x_rows.contiguous();
+  const at::Tensor x = with_unit_column_stride(x_rows);
   const int64_t rows = x.size(0), in_features = x.size(1), out_features = acc.size(1);
   const float* bias = layer.bias ? layer.bias->data_ptr<float>() : nullptr;
   at::parallel_for(0, rows, rows_per_gemm_task(in_features * out_features), [&](int64_t begin, int64_t end) {

@@ -2,6 +2,7 @@
 // Row blocking for the CPU kernels: a block's activations stay in cache between the GEMM that
 // writes them and the epilogue or layer that reads them.
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
@@ -31,6 +32,12 @@ constexpr int64_t kElementwiseGrain = int64_t(1) << 15;
 // The same in rows of `cols` elements.
 inline int64_t rows_per_task(int64_t cols) {
   return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, cols));
+}
+
+// t itself where each row's elements are adjacent, as the library's raw-pointer kernels read them,
+// else a contiguous copy.
+inline at::Tensor with_unit_column_stride(const at::Tensor& t) {
+  return t.stride(1) == 1 ? t : t.contiguous();
 }
 
 // Rows per parallel task of a GEMM kernel over rows of `macs_per_row` multiply-adds: about 2^16
