@@ -34,11 +34,21 @@ inline int64_t bf16_packed_elements(int64_t n, int64_t k) {
 void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t n, int64_t k, int64_t first_panel,
                       int64_t end_panel, uint16_t* packed);
 
-// out[r, :n] = act(x[r, :k] @ w.T + bias) for r in [0, rows), w as pack_bf16_weight packed it; x
-// and out rows `ldx` and `ldo` elements apart; bias (fp32) may be null. relu keeps NaN, as
-// torch.relu does.
-void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed,
-                   const float* bias, int64_t n, bool relu, uint16_t* out, int64_t ldo);
+// What bf16_gemm_act does to each output row r's fp32 sums, in this order; each pointer may be null.
+struct Bf16Epilogue {
+  const float* bias = nullptr;  // [n], added
+  bool relu = false;            // keeps NaN, as torch.relu does
+  // Rounded to bfloat16, then zeroed where relu_out[r * ld_relu_out + c] <= 0: the gradient through
+  // a ReLU whose saved output that is, as threshold_backward computes it.
+  const uint16_t* relu_out = nullptr;
+  int64_t ld_relu_out = 0;
+  float* column_sums = nullptr;  // [n], += the stored outputs' sum over the rows (a bias gradient)
+};
+
+// out[r, :n] = epilogue(x[r, :k] @ w.T) for r in [0, rows), w as pack_bf16_weight packed it; x and
+// out rows `ldx` and `ldo` elements apart.
+void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed, int64_t n,
+                   const Bf16Epilogue& epilogue, uint16_t* out, int64_t ldo);
 
 // The weight and bias gradients of a narrow bfloat16 layer in one pass over its rows, where oneDNN
 // takes two (its GEMM, then a sum): sums[i][j] += sum over rows r of g[r][i] h[r][j] (i < n, j < k)

@@ -35,6 +35,11 @@ __mmask16 first_lanes(int64_t count) {
   return count <= 0 ? 0 : count >= 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
 }
 
+// 16 bfloat16 values as fp32: each one's bits in the high half of a 32-bit lane.
+__m512 to_fp32(__m256i bf16) {
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, bf16), 16));
+}
+
 // x[0], x[1] as one 32-bit lane (x[0] in the low half, as vdpbf16ps pairs them), broadcast.
 __m512bh pair(const uint16_t* x) {
   uint32_t v;
@@ -92,14 +97,24 @@ void transpose_16x16_epi32(__m512i (&v)[16]) {
 // the epilogue: a start from memory cost 1-2% of a 256-deep strip.
 template <int R, int P>
 void strip(const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel, int64_t panel_stride,
-           const float* bias, int64_t cols, bool relu, uint16_t* out, int64_t ldo) {
+           const Bf16Epilogue& e, int64_t cols, uint16_t* out, int64_t ldo) {
   __m512 c[R][P];
 #pragma GCC unroll 4
   for (int q = 0; q < P; ++q) {
-    const __m512 b = bias ? _mm512_maskz_loadu_ps(first_lanes(cols - 16 * q), bias + 16 * q) : _mm512_setzero_ps();
+    const __m512 b = e.bias ? _mm512_maskz_loadu_ps(first_lanes(cols - 16 * q), e.bias + 16 * q) : _mm512_setzero_ps();
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       c[r][q] = b;
+    }
+  }
+  if (e.relu_out != nullptr) {
+    // The saved output's rows are 128 bytes here, a row apart: fetched from memory while the sums
+    // run, not stalling the epilogue.
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const char* row = reinterpret_cast<const char*>(e.relu_out + r * e.ld_relu_out);
+      _mm_prefetch(row, _MM_HINT_T0);
+      _mm_prefetch(row + 32 * P - 1, _MM_HINT_T0);
     }
   }
   auto step = [&](const uint16_t* w_pairs, auto x_pair) {
@@ -126,30 +141,44 @@ void strip(const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel, int
          [&](const uint16_t* row) { return (__m512bh)_mm512_set1_epi32(row[k - 1]); });
   }
   const __m512 zero = _mm512_setzero_ps();
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int q = 0; q < P; ++q) {
+  for (int q = 0; q < P; ++q) {
+    const __mmask16 lanes = first_lanes(cols - 16 * q);
+    __m512 column_sum = zero;
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
       // max(0, v) returns its second operand when either is NaN: NaN stays NaN (the zero-masked
       // form with every lane set: GCC 12's _mm512_max_ps warns on its undefined pass-through). The
       // fp32 sum is rounded to bfloat16 once, to nearest even, as eager rounds its GEMM's output.
-      const __m512 v = relu ? _mm512_maskz_max_ps(0xffff, zero, c[r][q]) : c[r][q];
-      const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
-      _mm256_mask_storeu_epi16(out + r * ldo + 16 * q, first_lanes(cols - 16 * q), h);
+      const __m512 v = e.relu ? _mm512_maskz_max_ps(0xffff, zero, c[r][q]) : c[r][q];
+      __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+      if (e.relu_out != nullptr) {
+        // threshold_backward's test, out <= 0, false for NaN: so kept where not (out <= 0).
+        const __m512 saved = to_fp32(_mm256_maskz_loadu_epi16(lanes, e.relu_out + r * e.ld_relu_out + 16 * q));
+        h = _mm256_maskz_mov_epi16(_mm512_cmp_ps_mask(saved, zero, _CMP_NLE_UQ), h);
+      }
+      _mm256_mask_storeu_epi16(out + r * ldo + 16 * q, lanes, h);
+      if (e.column_sums != nullptr) {  // of the rounded outputs, as ATen's sum of the stored tensor
+        column_sum = _mm512_add_ps(column_sum, to_fp32(h));
+      }
+    }
+    if (e.column_sums != nullptr) {
+      float* sums = e.column_sums + 16 * q;
+      _mm512_mask_storeu_ps(sums, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, sums), column_sum));
     }
   }
 }
 
 // strip<R, P> of `rows` (1 to 6) x `panels` (1 to 4).
 void strip_of(int64_t rows, int64_t panels, const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel,
-              int64_t panel_stride, const float* bias, int64_t cols, bool relu, uint16_t* out, int64_t ldo) {
-  using Strip = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, const float*, int64_t, bool,
+              int64_t panel_stride, const Bf16Epilogue& e, int64_t cols, uint16_t* out, int64_t ldo) {
+  using Strip = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, const Bf16Epilogue&, int64_t,
                          uint16_t*, int64_t);
   static constexpr Strip kStrips[kTileRows][kTilePanels] = {
       {strip<1, 1>, strip<1, 2>, strip<1, 3>, strip<1, 4>}, {strip<2, 1>, strip<2, 2>, strip<2, 3>, strip<2, 4>},
       {strip<3, 1>, strip<3, 2>, strip<3, 3>, strip<3, 4>}, {strip<4, 1>, strip<4, 2>, strip<4, 3>, strip<4, 4>},
       {strip<5, 1>, strip<5, 2>, strip<5, 3>, strip<5, 4>}, {strip<6, 1>, strip<6, 2>, strip<6, 3>, strip<6, 4>}};
-  kStrips[rows - 1][panels - 1](x, ldx, k, panel, panel_stride, bias, cols, relu, out, ldo);
+  kStrips[rows - 1][panels - 1](x, ldx, k, panel, panel_stride, e, cols, out, ldo);
 }
 
 // Features rounded up to whole 16-lane vectors (bf16_grad_padded, a header's inline function).
@@ -294,8 +323,8 @@ void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t 
   }
 }
 
-void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed,
-                   const float* bias, int64_t n, bool relu, uint16_t* out, int64_t ldo) {
+void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed, int64_t n,
+                   const Bf16Epilogue& epilogue, uint16_t* out, int64_t ldo) {
   const int64_t panel_stride = panel_elements(k);
   // Chunks of rows; in each, tiles of 64 columns outside and strips of 6 rows inside, so that a
   // tile's packed weight (64 columns by k) stays in L2 while every strip of the chunk passes it.
@@ -304,10 +333,13 @@ void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, cons
     for (int64_t j = 0; j < n; j += kTilePanels * kBf16GemmPanel) {
       const int64_t cols = min(kTilePanels * kBf16GemmPanel, n - j);
       const uint16_t* panel = packed + (j / kBf16GemmPanel) * panel_stride;
-      const float* b = bias ? bias + j : nullptr;
       for (int64_t r = chunk; r < chunk_end; r += kTileRows) {
+        Bf16Epilogue e = epilogue;  // at the strip's first row and column
+        e.bias = e.bias ? e.bias + j : nullptr;
+        e.relu_out = e.relu_out ? e.relu_out + r * e.ld_relu_out + j : nullptr;
+        e.column_sums = e.column_sums ? e.column_sums + j : nullptr;
         strip_of(min(kTileRows, chunk_end - r), (cols + kBf16GemmPanel - 1) / kBf16GemmPanel, x + r * ldx, ldx, k,
-                 panel, panel_stride, b, cols, relu, out + r * ldo + j, ldo);
+                 panel, panel_stride, e, cols, out + r * ldo + j, ldo);
       }
     }
   }

@@ -193,11 +193,7 @@ Grads blocked_backward(
 // gradient by cpu_input_grad and the weight gradient by cpu_weight_grads, whose other layers stay
 // with ATen: on the AMD EPYC oneDNN's (mkldnn_linear_backward_weights, or the inner product on
 // transposed copies) ran 0.79-0.98x MKL's.
-const BackwardGemms cpu_gemms{
-    cpu_input_grad, cpu_weight_grads,
-    [](const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
-      return relu_backward_and_bias_grad(cpu_input_grad(grad2d, w), relu_out2d, bias_grad);
-    }};
+const BackwardGemms cpu_gemms{cpu_input_grad, cpu_weight_grads, cpu_relu_input_grad};
 
 }  // namespace
 

@@ -33,6 +33,11 @@ CpuLayer prepare_cpu_layer(
 // take it, by ATen's mm elsewhere.
 at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w);
 
+// relu_backward_and_bias_grad(cpu_input_grad(grad2d, w), relu_out2d, bias_grad): wide bfloat16
+// layers in one pass, the mask and the bias gradient in the library's kernel where it runs.
+std::pair<at::Tensor, at::Tensor> cpu_relu_input_grad(
+    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
+
 // grad2d.T @ h2d and, when bias_grad, grad2d's sum over rows: a layer's weight and bias gradients.
 // Narrow bfloat16 layers take the library's kernel where it runs (one pass for both), the others
 // aten_weight_grads.

@@ -13,6 +13,7 @@
 #include "ops/checks.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/clamp_min.h>
 #include <ATen/ops/empty.h>
@@ -148,20 +149,31 @@ at::Tensor packed_bf16_weight(const at::Tensor& w, bool inputs_major) {
   return packed;
 }
 
-// out = act(x @ w.T + bias) by bf16_gemm_act, x's rows spread over the threads (inline inside a
-// parallel task); bias fp32 or undefined.
-void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const OptionalTensor& bias, bool relu,
-                   at::Tensor& out) {
+// out = epilogue(x @ w.T) by bf16_gemm_act, x's rows spread over the threads (inline inside a
+// parallel task); `epilogue` points at row 0 and has no column_sums. With column_sums ([threads, n]
+// fp32 zeros), each thread adds its rows' column sums of out to its own row of them.
+void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const Bf16Epilogue& epilogue, at::Tensor& out,
+                   const at::Tensor& column_sums = {}) {
   const at::Tensor x_rows = with_unit_column_stride(x);
   const int64_t k = x_rows.size(1), n = out.size(1);
-  const float* b = bias ? bias->data_ptr<float>() : nullptr;
   const auto* x_bits = static_cast<const uint16_t*>(x_rows.const_data_ptr());
   auto* out_bits = static_cast<uint16_t*>(out.data_ptr());
   at::parallel_for(0, x_rows.size(0), rows_per_gemm_task(n * k), [&](int64_t begin, int64_t end) {
+    Bf16Epilogue e = epilogue;
+    e.relu_out = e.relu_out ? e.relu_out + begin * e.ld_relu_out : nullptr;
+    e.column_sums = column_sums.defined() ? column_sums.data_ptr<float>() + at::get_thread_num() * n : nullptr;
     bf16_gemm_act(x_bits + begin * x_rows.stride(0), x_rows.stride(0), end - begin, k,
-                  static_cast<const uint16_t*>(packed.const_data_ptr()), b, n, relu, out_bits + begin * out.stride(0),
+                  static_cast<const uint16_t*>(packed.const_data_ptr()), n, e, out_bits + begin * out.stride(0),
                   out.stride(0));
   });
+}
+
+// Whether cpu_input_grad takes the library's bfloat16 kernel for grad2d @ w: on the EPYC it ran
+// 1.00-1.12x oneDNN's mm from 2048x784 weights up, but 0.44-0.99x up to 512x256, where the forward
+// gains from its epilogue alone (docs/perf/cpu-2026-11-24-bf16-gemm/input_grad.log).
+bool bf16_input_grad_pays(const at::Tensor& grad2d, const at::Tensor& w) {
+  return grad2d.scalar_type() == at::kBFloat16 && w.size(0) * w.size(1) >= kMinBf16InputGradWeight &&
+      bf16_gemm_pays(grad2d.size(0), w.size(1), w.size(0));
 }
 
 // cpu_weight_grads by narrow_weight_grad_bf16: one task per thread over whole chunks of rows, each
@@ -361,14 +373,10 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
   // compute-bound ones. Not over zero out-features, where oneDNN has no inner product.
   const int64_t macs = grad2d.size(0) * w.size(0) * w.size(1);
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
-  // Wide bfloat16 ones by the library's kernel, as a layer of w.size(0) in and w.size(1) out
-  // features. On the EPYC it ran 1.00-1.12x oneDNN's mm from 2048x784 weights up, but 0.44-0.99x
-  // up to 512x256, where the forward gains from its epilogue alone
-  // (docs/perf/cpu-2026-11-24-bf16-gemm/input_grad.log).
-  if (grad2d.scalar_type() == at::kBFloat16 && w.size(0) * w.size(1) >= kMinBf16InputGradWeight &&
-      bf16_gemm_pays(grad2d.size(0), w.size(1), w.size(0))) {
+  // Wide bfloat16 ones by the library's kernel, as a layer of w.size(0) in and w.size(1) out features.
+  if (bf16_input_grad_pays(grad2d, w)) {
     at::Tensor out = at::empty({grad2d.size(0), w.size(1)}, grad2d.options());
-    run_bf16_gemm(grad2d, packed_bf16_weight(w.contiguous(), /*inputs_major=*/true), std::nullopt, /*relu=*/false, out);
+    run_bf16_gemm(grad2d, packed_bf16_weight(w.contiguous(), /*inputs_major=*/true), Bf16Epilogue{}, out);
     return out;
   }
 #endif
@@ -377,6 +385,28 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
     return onednn_linear(grad2d, w.t().contiguous(), std::nullopt);
   }
   return grad2d.mm(w);
+}
+
+std::pair<at::Tensor, at::Tensor> cpu_relu_input_grad(
+    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+  // The ReLU's mask and the bias gradient in the kernel's epilogue, where relu_backward_and_bias_grad
+  // takes two more passes over the [M, K] gradient. Not where autograd records the backward (a
+  // double backward), which needs threshold_backward itself.
+  const bool recorded = at::GradMode::is_enabled() && (grad2d.requires_grad() || relu_out2d.requires_grad());
+  if (!recorded && relu_out2d.scalar_type() == at::kBFloat16 && bf16_input_grad_pays(grad2d, w)) {
+    const at::Tensor saved = with_unit_column_stride(relu_out2d);
+    at::Tensor out = at::empty({grad2d.size(0), w.size(1)}, grad2d.options());
+    Bf16Epilogue epilogue;
+    epilogue.relu_out = static_cast<const uint16_t*>(saved.const_data_ptr());
+    epilogue.ld_relu_out = saved.stride(0);
+    const at::Tensor sums =
+        bias_grad ? at::zeros({at::get_num_threads(), out.size(1)}, out.options().dtype(at::kFloat)) : at::Tensor();
+    run_bf16_gemm(grad2d, packed_bf16_weight(w.contiguous(), /*inputs_major=*/true), epilogue, out, sums);
+    return {std::move(out), bias_grad ? sums.sum(0).to(at::kBFloat16) : at::Tensor()};
+  }
+#endif
+  return relu_backward_and_bias_grad(cpu_input_grad(grad2d, w), relu_out2d, bias_grad);
 }
 
 std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
@@ -410,7 +440,10 @@ namespace {
 void run_packed_gemm(const CpuLayer& layer, const at::Tensor& x_rows, at::Tensor& acc) {
   if (layer.packed.scalar_type() == at::kBFloat16) {
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
-    run_bf16_gemm(x_rows, layer.packed, layer.bias, layer.relu, acc);
+    Bf16Epilogue epilogue;
+    epilogue.bias = layer.bias ? layer.bias->data_ptr<float>() : nullptr;
+    epilogue.relu = layer.relu;
+    run_bf16_gemm(x_rows, layer.packed, epilogue, acc);
 #endif
     return;
   }

@@ -134,6 +134,49 @@ def test_cpu_bfloat16_input_grad(rows, kn, threads):
     assert rel_error(grad, ref) <= 1.05 * rel_error(g.mm(w), ref) + 1e-6
 
 
+@pytest.mark.parametrize("rows", [511, 512, 1001])
+@pytest.mark.parametrize("dims", [(64, 1030, 1025), (33, 2049, 513), (40, 1024, 512)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_bfloat16_relu_input_grad(rows, dims, bias, threads):
+    """The gradient through a bfloat16 fused_mlp's hidden ReLU on the CPU: its mask and the hidden
+    bias gradient in the library's kernel where the layer above has at least 2^20 weights and the rows
+    pay for packing them (no aten::threshold_backward then), else eager's ops. A NaN and an Inf in the
+    input make whole hidden rows NaN and +-Inf: the gradient passes NaN and +Inf, as eager's ReLU
+    backward does, and stops at -Inf's ReLU output, 0. The input and hidden bias gradients as close to
+    float64 as eager's."""
+    d, hidden, out_features = dims
+    torch.manual_seed(rows + d)
+    x = torch.randn(rows, d).bfloat16()
+    x[3, 0], x[5, 1] = float("nan"), float("inf")
+    x.requires_grad_()
+    ws = [(torch.randn(hidden, d) / d**0.5).bfloat16().requires_grad_(),
+          (torch.randn(out_features, hidden) / hidden**0.5).bfloat16().requires_grad_()]
+    b = torch.randn(hidden).bfloat16().requires_grad_() if bias else None
+    g = torch.randn(rows, out_features).bfloat16()
+    wanted = [x] + ([b] if bias else [])
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = torch.ops.hypatia.fused_mlp(x, ws, [b, None], False)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            grads = torch.autograd.grad(out, wanted, g)
+        eager_out = F.linear(F.relu(F.linear(x, ws[0], b)), ws[1])
+        eager = torch.autograd.grad(eager_out, wanted, g)
+    finally:
+        torch.set_num_threads(saved)
+    eager_ops = {e.name for e in prof.events()} & {"aten::threshold_backward"}
+    kernel = hidden * out_features >= 1 << 20 and bf16_kernel_runs(rows, hidden, out_features)
+    assert (not eager_ops) == kernel, eager_ops
+    x64, w0, w1 = x.double(), ws[0].double(), ws[1].double()
+    h = F.relu(x64 @ w0.t() + (b.double() if bias else 0))
+    dz = torch.where(h <= 0, 0, g.double() @ w1)
+    references = [dz @ w0] + ([dz.sum(0)] if bias else [])
+    for grad, ref, eager_grad in zip(grads, references, eager):
+        assert grad.dtype == torch.bfloat16 and grad.shape == ref.shape and ref.isfinite().all()
+        assert rel_error(grad, ref) <= 1.1 * rel_error(eager_grad, ref) + 1e-6
+
+
 def check_wide_weight_grad(dtype, rows, k, n, threads, kernel_runs, vs_eager, slack):
     """A wide layer's weight and bias gradients on the CPU (fused_mlp, one layer, no ReLU: only the
     GEMM's gradients), from input rows at a stride that is not k: aten::mm's for the weight exactly
