@@ -75,11 +75,11 @@ constexpr int64_t kWideGradTileCols = 64;
 // instruction's peak against oneDNN's GEMM (eager's) at 73-85%
 // (docs/perf/cpu-2026-11-24-bf16-weight-grad/). sums[i][j] = sum over rows r of g[r][i] h[r][j]
 // (i < n, j < k), in fp32 by vdpbf16ps over pairs of rows, overwriting sums (bf16_grad_padded(n)
-// rows of ld_sums >= bf16_grad_padded(k) floats; the padding gets zeros). g [rows, n] and h
-// [rows, k] are bfloat16 bits, rows ldg / ldh apart; scratch wide_weight_grad_scratch_elements(n, k)
-// elements.
+// rows of ld_sums >= bf16_grad_padded(k) floats; the padding gets zeros), or adding to them when
+// `accumulate`. g [rows, n] and h [rows, k] are bfloat16 bits, rows ldg / ldh apart; scratch
+// wide_weight_grad_scratch_elements(n, k) elements.
 int64_t wide_weight_grad_scratch_elements(int64_t n, int64_t k);
 void wide_weight_grad_bf16(const uint16_t* g, int64_t ldg, const uint16_t* h, int64_t ldh, int64_t rows, int64_t n,
-                           int64_t k, float* sums, int64_t ld_sums, uint16_t* scratch);
+                           int64_t k, float* sums, int64_t ld_sums, bool accumulate, uint16_t* scratch);
 
 }  // namespace hypatia::ops

@@ -385,13 +385,13 @@ int64_t wide_weight_grad_scratch_elements(int64_t n, int64_t k) {
 }
 
 void wide_weight_grad_bf16(const uint16_t* g, int64_t ldg, const uint16_t* h, int64_t ldh, int64_t rows, int64_t n,
-                           int64_t k, float* sums, int64_t ld_sums, uint16_t* scratch) {
+                           int64_t k, float* sums, int64_t ld_sums, bool accumulate, uint16_t* scratch) {
   const int64_t padded_n = padded(n), k_tiles = column_tiles(k);
   uint16_t* packed_h = scratch;  // [tile][pair][64 column pairs]
   uint16_t* packed_g = packed_h + k_tiles * kHStride;  // [pair][block's column pairs]
   for (int64_t r0 = 0; r0 < rows; r0 += kWideGradChunkRows) {
     const int64_t chunk_rows = min(kWideGradChunkRows, rows - r0), pairs = (chunk_rows + 1) / 2;
-    const bool first = r0 == 0;
+    const bool first = r0 == 0 && !accumulate;
     for (int64_t i0 = 0; i0 < padded_n; i0 += kWideGradBlockRows) {
       const int64_t block = min(kWideGradBlockRows, padded_n - i0);  // a multiple of 16
       const int64_t strips = (block + kTileRows - 1) / kTileRows;    // the last of 6, 4 or 2 rows

@@ -20,6 +20,7 @@
 #include <ATen/ops/mm.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/relu.h>
+#include <ATen/ops/threshold_backward.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/core/stack.h>
 #include <ATen/cpu/Utils.h>
@@ -218,6 +219,10 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
 constexpr int64_t kMinWideWeightGradElements = int64_t(1) << 20;
 constexpr int64_t kMinF32WeightGradRows = 1024;
 constexpr int64_t kMinBf16WeightGradRows = 4096;
+// Rows of a wide bfloat16 MLP's backward chunk (wide_bf16_mlp_backward): the hidden gradient, 8 MiB
+// at 4096 wide, stays below glibc's 32 MiB mmap threshold and in L3 between the GEMM that writes it
+// and the two that read it.
+constexpr int64_t kWideBackwardChunkRows = 1024;
 
 // fn(i, slice_n, j, slice_k) for the output block [i, i + slice_n) x [j, j + slice_k) of a weight
 // gradient [n, k], one task a thread: slices of its rows (whole `row_unit`s) where g is the wider
@@ -256,25 +261,41 @@ std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, con
 #endif
 
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
-// cpu_weight_grads by wide_weight_grad_bf16: fp32 sums rounded once to bfloat16, as oneDNN's GEMM
-// rounds; the bias gradient as ATen's. Slices start at multiples of 16 rows, where the kernel's
-// padded sums rows start, or of 64 columns.
-std::pair<at::Tensor, at::Tensor> wide_weight_grads_bf16(
-    const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+// sums (fp32 [bf16_grad_padded(n), bf16_grad_padded(k)]) = g.T @ h by wide_weight_grad_bf16, or +=
+// when `accumulate`. Slices start at multiples of 16 rows, where the kernel's padded sums rows
+// start, or of 64 columns.
+void wide_weight_grad_sums_bf16(const at::Tensor& grad2d, const at::Tensor& h2d, const at::Tensor& sums,
+                                bool accumulate) {
   const at::Tensor g = with_unit_column_stride(grad2d);
   const at::Tensor h = with_unit_column_stride(h2d);
-  const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
-  const int64_t ld = bf16_grad_padded(k);
-  at::Tensor sums = at::empty({bf16_grad_padded(n), ld}, g.options().dtype(at::kFloat));
+  const int64_t rows = g.size(0), n = g.size(1), k = h.size(1), ld = sums.size(1);
   const auto* g_bits = static_cast<const uint16_t*>(g.const_data_ptr());
   const auto* h_bits = static_cast<const uint16_t*>(h.const_data_ptr());
   for_each_output_slice(n, k, kBf16GemmPanel, kWideGradTileCols, [&](int64_t i, int64_t slice_n, int64_t j,
                                                                       int64_t slice_k) {
     const at::Tensor scratch = at::empty({wide_weight_grad_scratch_elements(slice_n, slice_k)}, g.options());
     wide_weight_grad_bf16(g_bits + i, g.stride(0), h_bits + j, h.stride(0), rows, slice_n, slice_k,
-                          sums.data_ptr<float>() + i * ld + j, ld, static_cast<uint16_t*>(scratch.data_ptr()));
+                          sums.data_ptr<float>() + i * ld + j, ld, accumulate,
+                          static_cast<uint16_t*>(scratch.data_ptr()));
   });
-  return {sums.narrow(0, 0, n).narrow(1, 0, k).to(at::kBFloat16), bias_grad ? grad2d.sum(0) : at::Tensor()};
+}
+
+at::Tensor new_weight_grad_sums_bf16(int64_t n, int64_t k, const at::TensorOptions& options) {
+  return at::empty({bf16_grad_padded(n), bf16_grad_padded(k)}, options.dtype(at::kFloat));
+}
+
+// The [n, k] weight gradient from its fp32 sums, rounded once to bfloat16, as oneDNN's GEMM rounds.
+at::Tensor weight_grad_from_sums(const at::Tensor& sums, int64_t n, int64_t k) {
+  return sums.narrow(0, 0, n).narrow(1, 0, k).to(at::kBFloat16);
+}
+
+// cpu_weight_grads by wide_weight_grad_bf16; the bias gradient as ATen's.
+std::pair<at::Tensor, at::Tensor> wide_weight_grads_bf16(
+    const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  const int64_t n = grad2d.size(1), k = h2d.size(1);
+  const at::Tensor sums = new_weight_grad_sums_bf16(n, k, grad2d.options());
+  wide_weight_grad_sums_bf16(grad2d, h2d, sums, /*accumulate=*/false);
+  return {weight_grad_from_sums(sums, n, k), bias_grad ? grad2d.sum(0) : at::Tensor()};
 }
 #endif
 
@@ -407,6 +428,97 @@ std::pair<at::Tensor, at::Tensor> cpu_relu_input_grad(
   }
 #endif
   return relu_backward_and_bias_grad(cpu_input_grad(grad2d, w), relu_out2d, bias_grad);
+}
+
+std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
+    const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+  const size_t depth = weights.size(), top = depth - 1;
+  const int64_t rows = as_rows(input).size(0);
+  // Not where autograd records the backward (a double backward): as cpu_relu_input_grad.
+  const bool recorded = at::GradMode::is_enabled() &&
+      (grad_out.requires_grad() ||
+       std::any_of(saved_outputs.begin(), saved_outputs.end(), [](const at::Tensor& t) { return t.requires_grad(); }));
+  if (input.scalar_type() != at::kBFloat16 || depth < 2 || rows < kMinBf16WeightGradRows || recorded ||
+      !bf16_gemm_supported()) {
+    return std::nullopt;
+  }
+  // Every GEMM below the top layer by the library's kernels: the ones that take them in the
+  // per-layer backward (rows >= 4096 > a chunk's 512 that bf16_gemm_pays asks).
+  for (size_t i = 0; i < depth; ++i) {
+    const bool carries_gradient = i > 0 || input_grad, wide = weights[i].numel() >= kMinBf16InputGradWeight;
+    if ((carries_gradient && !wide) || (i < top && params_grad && weights[i].numel() < kMinWideWeightGradElements)) {
+      return std::nullopt;
+    }
+  }
+  auto layer_input = [&](size_t i) { return as_rows(i == 0 ? input : saved_outputs[i - 1]).contiguous(); };
+  std::vector<at::Tensor> grad_weights(depth), grad_biases(depth);
+  at::Tensor grad = as_rows(grad_out).contiguous();
+  if (relu_last) {
+    grad = at::threshold_backward(grad, as_rows(saved_outputs[top]), 0);  // eager's ReLU backward
+  }
+  if (params_grad) {  // the top layer's gradients over all rows, as the per-layer backward
+    at::Tensor summed;
+    std::tie(grad_weights[top], summed) = cpu_weight_grads(grad, layer_input(top), has_bias.get(top));
+    grad_biases[top] = summed;
+  }
+  // Below it, per layer: the packed weight, its input and saved output, fp32 weight-gradient sums and
+  // per-thread bias sums, over all chunks.
+  std::vector<at::Tensor> packed(depth), inputs(depth), relu_outs(depth), sums(depth), bias_sums(depth);
+  int64_t widest = 0;
+  for (size_t i = 0; i < depth; ++i) {
+    if (i > 0 || input_grad) {
+      packed[i] = packed_bf16_weight(weights[i].contiguous(), /*inputs_major=*/true);
+    }
+    if (i == top) {
+      continue;
+    }
+    const int64_t n = weights[i].size(0), k = weights[i].size(1);
+    widest = std::max(widest, n);
+    inputs[i] = layer_input(i);
+    relu_outs[i] = as_rows(saved_outputs[i]).contiguous();
+    if (params_grad) {
+      sums[i] = new_weight_grad_sums_bf16(n, k, grad.options());
+      if (has_bias.get(i)) {
+        bias_sums[i] = at::zeros({at::get_num_threads(), n}, grad.options().dtype(at::kFloat));
+      }
+    }
+  }
+  at::Tensor grad_input = input_grad ? at::empty({rows, weights[0].size(1)}, grad.options()) : at::Tensor();
+  const at::Tensor buffers = at::empty({2, kWideBackwardChunkRows * widest}, grad.options());
+  for (int64_t r = 0; r < rows; r += kWideBackwardChunkRows) {
+    const int64_t count = std::min(kWideBackwardChunkRows, rows - r);
+    at::Tensor chunk_grad = grad.narrow(0, r, count);
+    for (size_t i = top; i-- > 0;) {  // the gradient at layer i's output, through its ReLU
+      const int64_t n = weights[i].size(0);
+      at::Tensor next = buffers[i % 2].narrow(0, 0, count * n).view({count, n});
+      Bf16Epilogue epilogue;
+      epilogue.relu_out = static_cast<const uint16_t*>(relu_outs[i].const_data_ptr()) + r * n;
+      epilogue.ld_relu_out = n;
+      run_bf16_gemm(chunk_grad, packed[i + 1], epilogue, next, bias_sums[i]);
+      if (params_grad) {
+        wide_weight_grad_sums_bf16(next, inputs[i].narrow(0, r, count), sums[i], /*accumulate=*/r > 0);
+      }
+      chunk_grad = next;
+    }
+    if (input_grad) {
+      at::Tensor rows_out = grad_input.narrow(0, r, count);
+      run_bf16_gemm(chunk_grad, packed[0], Bf16Epilogue{}, rows_out);
+    }
+  }
+  for (size_t i = 0; i < top; ++i) {
+    if (params_grad) {
+      grad_weights[i] = weight_grad_from_sums(sums[i], weights[i].size(0), weights[i].size(1));
+      if (has_bias.get(i)) {
+        grad_biases[i] = bias_sums[i].sum(0).to(at::kBFloat16);
+      }
+    }
+  }
+  return defined_grads({grad_weights, grad_biases, input_grad ? grad_input.view(input.sizes()) : at::Tensor()});
+#else
+  return std::nullopt;
+#endif
 }
 
 std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {

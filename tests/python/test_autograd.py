@@ -177,6 +177,67 @@ def test_cpu_bfloat16_relu_input_grad(rows, dims, bias, threads):
         assert rel_error(grad, ref) <= 1.1 * rel_error(eager_grad, ref) + 1e-6
 
 
+@pytest.mark.parametrize("rows_special", [(4097, True), (5000, False)])
+@pytest.mark.parametrize("dims", [(1024, 1030, 1025), (1024, 1030, 1100, 1030)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_bfloat16_wide_mlp_backward_in_row_chunks(rows_special, dims, threads):
+    """A wide bfloat16 fused_mlp's backward on the CPU where every GEMM takes the library's kernels:
+    below the top layer, chunks of 1024 rows go down through the layers (wide_bf16_mlp_backward), the
+    weight gradients summed over the chunks; the last chunk 1 or 904 rows. No aten::mm or
+    threshold_backward then, else eager's ops. With a NaN and an Inf in the input (whole hidden rows
+    NaN and +-Inf), every gradient has NaN and Inf where eager's has them. Every gradient's finite
+    entries as close to float64 as eager's."""
+    rows, special = rows_special
+    torch.manual_seed(rows + len(dims))
+    x = torch.randn(rows, dims[0]).bfloat16()
+    if special:
+        x[3, 0], x[5, 1] = float("nan"), float("inf")
+    x.requires_grad_()
+    depth = len(dims) - 1
+    ws = [(torch.randn(dims[i + 1], dims[i]) / dims[i]**0.5).bfloat16().requires_grad_() for i in range(depth)]
+    bs = [torch.randn(dims[i + 1]).bfloat16().requires_grad_() for i in range(depth - 1)] + [None]
+    g = torch.randn(rows, dims[-1]).bfloat16()
+    wanted = [x] + ws + bs[:-1]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = torch.ops.hypatia.fused_mlp(x, ws, bs, False)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            grads = torch.autograd.grad(out, wanted, g)
+        h = x
+        for i in range(depth):
+            h = F.linear(h, ws[i], bs[i])
+            h = F.relu(h) if i + 1 < depth else h
+        eager = torch.autograd.grad(h, wanted, g)
+    finally:
+        torch.set_num_threads(saved)
+    eager_ops = {e.name for e in prof.events()} & {"aten::mm", "aten::threshold_backward"}
+    kernel = BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert (not eager_ops) == kernel, eager_ops
+    # The float64 reference: ReLUs that keep NaN, as eager's, and gradients through them zero where
+    # their output is <= 0, as eager's threshold_backward.
+    w64 = [w.double() for w in ws]
+    outs, h64 = [], x.double()
+    for i in range(depth):
+        h64 = h64 @ w64[i].t() + (bs[i].double() if bs[i] is not None else 0)
+        h64 = torch.where(h64 <= 0, 0, h64) if i + 1 < depth else h64
+        outs.append(h64)
+    dz, ref_w, ref_b = g.double(), [None] * depth, [None] * depth
+    for i in reversed(range(depth)):
+        ref_w[i] = dz.t() @ (outs[i - 1] if i > 0 else x.double())
+        ref_b[i] = dz.sum(0)
+        dz = dz @ w64[i]
+        if i > 0:
+            dz = torch.where(outs[i - 1] <= 0, 0, dz)
+    references = [dz] + ref_w + ref_b[:-1]
+    for grad, ref, eager_grad in zip(grads, references, eager):
+        assert grad.dtype == torch.bfloat16 and grad.shape == ref.shape
+        assert torch.equal(grad.isnan(), eager_grad.isnan()) and torch.equal(grad.isinf(), eager_grad.isinf())
+        finite = eager_grad.isfinite() & ref.isfinite()
+        if finite.any():
+            assert rel_error(grad[finite], ref[finite]) <= 1.1 * rel_error(eager_grad[finite], ref[finite]) + 1e-6
+
+
 def check_wide_weight_grad(dtype, rows, k, n, threads, kernel_runs, vs_eager, slack):
     """A wide layer's weight and bias gradients on the CPU (fused_mlp, one layer, no ReLU: only the
     GEMM's gradients), from input rows at a stride that is not k: aten::mm's for the weight exactly
