@@ -444,8 +444,9 @@ std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
       !bf16_gemm_supported()) {
     return std::nullopt;
   }
-  // Every GEMM below the top layer by the library's kernels: the ones that take them in the
-  // per-layer backward (rows >= 4096 > a chunk's 512 that bf16_gemm_pays asks).
+  // Only where the per-layer backward would give every GEMM below the top layer to the library's
+  // kernels: input gradients from 2^20 weights, weight gradients from 2^20 and 4096 rows. (A last
+  // chunk may be shorter than the 512 rows of bf16_gemm_pays, which weighs the packing paid once here.)
   for (size_t i = 0; i < depth; ++i) {
     const bool carries_gradient = i > 0 || input_grad, wide = weights[i].numel() >= kMinBf16InputGradWeight;
     if ((carries_gradient && !wide) || (i < top && params_grad && weights[i].numel() < kMinWideWeightGradElements)) {
