@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/threshold_backward.h>
 
+#include <algorithm>
 #include <tuple>
 
 namespace hypatia::ops {
@@ -75,12 +76,16 @@ std::vector<at::Tensor> run_mlp_with(
   return outputs;
 }
 
+bool records_backward(at::TensorList tensors) {
+  return at::GradMode::is_enabled() &&
+      std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.requires_grad(); });
+}
+
 std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
     at::Tensor grad2d, const at::Tensor& relu_out2d, bool bias_grad) {
   // Eager's ReLU backward. Written over grad2d, so that one [M, K] buffer is alive where eager's has
   // two, unless autograd records it (a double backward), which needs grad2d itself.
-  const bool recorded = at::GradMode::is_enabled() && (grad2d.requires_grad() || relu_out2d.requires_grad());
-  at::Tensor grad = recorded ? at::threshold_backward(grad2d, relu_out2d, 0)
+  at::Tensor grad = records_backward({grad2d, relu_out2d}) ? at::threshold_backward(grad2d, relu_out2d, 0)
                              : at::threshold_backward_out(grad2d, grad2d, relu_out2d, 0);
   at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
   return {std::move(grad), std::move(grad_bias)};

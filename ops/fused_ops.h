@@ -57,6 +57,9 @@ struct BackwardGemms {
   std::pair<at::Tensor, at::Tensor> (*relu_input_grad)(
       const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
 };
+// Whether autograd records ops on these tensors now (a double backward): where it does, the
+// backward keeps to differentiable ATen ops.
+bool records_backward(at::TensorList tensors);
 // Eager's ReLU backward of grad2d [M, K] on the saved ReLU output (threshold_backward at 0) and,
 // when bias_grad, its sum over rows: relu_input_grad's second half, in ATen ops. grad2d is the
 // caller's temporary (a GEMM's output) and is overwritten unless autograd records the call.

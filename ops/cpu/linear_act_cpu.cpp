@@ -13,7 +13,6 @@
 #include "ops/checks.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/clamp_min.h>
 #include <ATen/ops/empty.h>
@@ -167,6 +166,26 @@ void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const Bf16Epil
                   static_cast<const uint16_t*>(packed.const_data_ptr()), n, e, out_bits + begin * out.stride(0),
                   out.stride(0));
   });
+}
+
+// Per-thread fp32 column sums for run_bf16_gemm (one row a thread, zeros), and their total rounded
+// once to bfloat16, as ATen's sum rounds its fp32 accumulator: a bias gradient.
+at::Tensor new_column_sums(int64_t n, const at::TensorOptions& options) {
+  return at::zeros({at::get_num_threads(), n}, options.dtype(at::kFloat));
+}
+at::Tensor column_sums_total(const at::Tensor& sums) {
+  return sums.sum(0).to(at::kBFloat16);
+}
+
+// out = grad2d @ w (w packed inputs-major), rounded to bfloat16 and zeroed where relu_out2d <= 0, as
+// threshold_backward; its column sums added to column_sums (new_column_sums) where that is defined.
+void run_bf16_relu_input_grad(const at::Tensor& grad2d, const at::Tensor& packed, const at::Tensor& relu_out2d,
+                              at::Tensor& out, const at::Tensor& column_sums) {
+  const at::Tensor saved = with_unit_column_stride(relu_out2d);
+  Bf16Epilogue epilogue;
+  epilogue.relu_out = static_cast<const uint16_t*>(saved.const_data_ptr());
+  epilogue.ld_relu_out = saved.stride(0);
+  run_bf16_gemm(grad2d, packed, epilogue, out, column_sums);
 }
 
 // Whether cpu_input_grad takes the library's bfloat16 kernel for grad2d @ w: on the EPYC it ran
@@ -414,17 +433,12 @@ std::pair<at::Tensor, at::Tensor> cpu_relu_input_grad(
   // The ReLU's mask and the bias gradient in the kernel's epilogue, where relu_backward_and_bias_grad
   // takes two more passes over the [M, K] gradient. Not where autograd records the backward (a
   // double backward), which needs threshold_backward itself.
-  const bool recorded = at::GradMode::is_enabled() && (grad2d.requires_grad() || relu_out2d.requires_grad());
-  if (!recorded && relu_out2d.scalar_type() == at::kBFloat16 && bf16_input_grad_pays(grad2d, w)) {
-    const at::Tensor saved = with_unit_column_stride(relu_out2d);
+  if (!records_backward({grad2d, relu_out2d}) && relu_out2d.scalar_type() == at::kBFloat16 &&
+      bf16_input_grad_pays(grad2d, w)) {
     at::Tensor out = at::empty({grad2d.size(0), w.size(1)}, grad2d.options());
-    Bf16Epilogue epilogue;
-    epilogue.relu_out = static_cast<const uint16_t*>(saved.const_data_ptr());
-    epilogue.ld_relu_out = saved.stride(0);
-    const at::Tensor sums =
-        bias_grad ? at::zeros({at::get_num_threads(), out.size(1)}, out.options().dtype(at::kFloat)) : at::Tensor();
-    run_bf16_gemm(grad2d, packed_bf16_weight(w.contiguous(), /*inputs_major=*/true), epilogue, out, sums);
-    return {std::move(out), bias_grad ? sums.sum(0).to(at::kBFloat16) : at::Tensor()};
+    const at::Tensor sums = bias_grad ? new_column_sums(out.size(1), out.options()) : at::Tensor();
+    run_bf16_relu_input_grad(grad2d, packed_bf16_weight(w.contiguous(), /*inputs_major=*/true), relu_out2d, out, sums);
+    return {std::move(out), bias_grad ? column_sums_total(sums) : at::Tensor()};
   }
 #endif
   return relu_backward_and_bias_grad(cpu_input_grad(grad2d, w), relu_out2d, bias_grad);
@@ -437,9 +451,7 @@ std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
   const size_t depth = weights.size(), top = depth - 1;
   const int64_t rows = as_rows(input).size(0);
   // Not where autograd records the backward (a double backward): as cpu_relu_input_grad.
-  const bool recorded = at::GradMode::is_enabled() &&
-      (grad_out.requires_grad() ||
-       std::any_of(saved_outputs.begin(), saved_outputs.end(), [](const at::Tensor& t) { return t.requires_grad(); }));
+  const bool recorded = records_backward({grad_out}) || records_backward(saved_outputs);
   if (input.scalar_type() != at::kBFloat16 || depth < 2 || rows < kMinBf16WeightGradRows || recorded ||
       !bf16_gemm_supported()) {
     return std::nullopt;
@@ -482,7 +494,7 @@ std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
     if (params_grad) {
       sums[i] = new_weight_grad_sums_bf16(n, k, grad.options());
       if (has_bias.get(i)) {
-        bias_sums[i] = at::zeros({at::get_num_threads(), n}, grad.options().dtype(at::kFloat));
+        bias_sums[i] = new_column_sums(n, grad.options());
       }
     }
   }
@@ -494,10 +506,7 @@ std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
     for (size_t i = top; i-- > 0;) {  // the gradient at layer i's output, through its ReLU
       const int64_t n = weights[i].size(0);
       at::Tensor next = buffers[i % 2].narrow(0, 0, count * n).view({count, n});
-      Bf16Epilogue epilogue;
-      epilogue.relu_out = static_cast<const uint16_t*>(relu_outs[i].const_data_ptr()) + r * n;
-      epilogue.ld_relu_out = n;
-      run_bf16_gemm(chunk_grad, packed[i + 1], epilogue, next, bias_sums[i]);
+      run_bf16_relu_input_grad(chunk_grad, packed[i + 1], relu_outs[i].narrow(0, r, count), next, bias_sums[i]);
       if (params_grad) {
         wide_weight_grad_sums_bf16(next, inputs[i].narrow(0, r, count), sums[i], /*accumulate=*/r > 0);
       }
@@ -512,7 +521,7 @@ std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
     if (params_grad) {
       grad_weights[i] = weight_grad_from_sums(sums[i], weights[i].size(0), weights[i].size(1));
       if (has_bias.get(i)) {
-        grad_biases[i] = bias_sums[i].sum(0).to(at::kBFloat16);
+        grad_biases[i] = column_sums_total(bias_sums[i]);
       }
     }
   }

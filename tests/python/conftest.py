@@ -1,3 +1,4 @@
+import contextlib
 import os
 import subprocess
 import sys
@@ -62,6 +63,17 @@ def bf16_wide_weight_grad_runs(rows: int, n: int, k: int) -> bool:
     bfloat16 kernels run, from 4096 rows and 2^20 weight elements."""
     return (BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported() and rows >= 4096
             and n * k >= 1 << 20)
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int):
+    """torch's intra-op thread count set to `threads` inside the block, restored after it."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck, gradgradcheck
 
-from conftest import BF16_KERNEL_CPU, bf16_kernel_runs, bf16_wide_weight_grad_runs, f32_weight_grad_runs, rel_error
+from conftest import (BF16_KERNEL_CPU, bf16_kernel_runs, bf16_wide_weight_grad_runs, cpu_threads, f32_weight_grad_runs,
+                      rel_error)
 
 
 def params(shape, device, dtype=torch.float64):
@@ -118,14 +119,10 @@ def test_cpu_bfloat16_input_grad(rows, kn, threads):
     x = torch.randn(rows, k).bfloat16().requires_grad_()
     w = (torch.randn(n, k) / k**0.5).bfloat16()
     g = torch.randn(rows, n + 3).bfloat16()[:, 1:n + 1]
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with cpu_threads(threads):
         out = torch.ops.hypatia.fused_mlp(x, [w], [None], False)  # one layer, no ReLU: only the GEMM's gradient
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             (grad,) = torch.autograd.grad(out, [x], g)
-    finally:
-        torch.set_num_threads(saved)
     eager_ops = {e.name for e in prof.events()} & {"aten::mm"}
     kernel = n * k >= 1 << 20 and bf16_kernel_runs(rows, k, n)  # a layer of n in, k out features
     assert (not eager_ops) == kernel, eager_ops
@@ -155,16 +152,12 @@ def test_cpu_bfloat16_relu_input_grad(rows, dims, bias, threads):
     b = torch.randn(hidden).bfloat16().requires_grad_() if bias else None
     g = torch.randn(rows, out_features).bfloat16()
     wanted = [x] + ([b] if bias else [])
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with cpu_threads(threads):
         out = torch.ops.hypatia.fused_mlp(x, ws, [b, None], False)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             grads = torch.autograd.grad(out, wanted, g)
         eager_out = F.linear(F.relu(F.linear(x, ws[0], b)), ws[1])
         eager = torch.autograd.grad(eager_out, wanted, g)
-    finally:
-        torch.set_num_threads(saved)
     eager_ops = {e.name for e in prof.events()} & {"aten::threshold_backward"}
     kernel = hidden * out_features >= 1 << 20 and bf16_kernel_runs(rows, hidden, out_features)
     assert (not eager_ops) == kernel, eager_ops
@@ -198,9 +191,7 @@ def test_cpu_bfloat16_wide_mlp_backward_in_row_chunks(rows_special, dims, thread
     bs = [torch.randn(dims[i + 1]).bfloat16().requires_grad_() for i in range(depth - 1)] + [None]
     g = torch.randn(rows, dims[-1]).bfloat16()
     wanted = [x] + ws + bs[:-1]
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with cpu_threads(threads):
         out = torch.ops.hypatia.fused_mlp(x, ws, bs, False)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             grads = torch.autograd.grad(out, wanted, g)
@@ -209,8 +200,6 @@ def test_cpu_bfloat16_wide_mlp_backward_in_row_chunks(rows_special, dims, thread
             h = F.linear(h, ws[i], bs[i])
             h = F.relu(h) if i + 1 < depth else h
         eager = torch.autograd.grad(h, wanted, g)
-    finally:
-        torch.set_num_threads(saved)
     eager_ops = {e.name for e in prof.events()} & {"aten::mm", "aten::threshold_backward"}
     kernel = BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert (not eager_ops) == kernel, eager_ops
@@ -248,14 +237,10 @@ def check_wide_weight_grad(dtype, rows, k, n, threads, kernel_runs, vs_eager, sl
     w = (torch.randn(n, k) / k**0.5).to(dtype).requires_grad_()
     b = torch.randn(n).to(dtype).requires_grad_()
     g = torch.randn(rows, n).to(dtype)
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with cpu_threads(threads):
         out = torch.ops.hypatia.fused_mlp(h, [w], [b], False)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
             grad_w, grad_b = torch.autograd.grad(out, [w, b], g)
-    finally:
-        torch.set_num_threads(saved)
     # The weight gradient's mm is g.T [n, rows] @ h [rows, k] (the input gradient's: g @ w, [rows, n]).
     weight_mm = [e for e in prof.events() if e.name == "aten::mm" and e.input_shapes[0] == [n, rows]]
     assert (not weight_mm) == kernel_runs, weight_mm
@@ -327,14 +312,10 @@ def test_cpu_narrow_bfloat16_weight_grad(rows, kn, bias, threads):
     w = (torch.randn(n, k) / k**0.5).bfloat16().requires_grad_()
     b = torch.randn(n).bfloat16().requires_grad_() if bias else None
     g = torch.randn(rows, n).bfloat16()
-    saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with cpu_threads(threads):
         out = torch.ops.hypatia.fused_mlp(h, [w], [b], False)  # one layer, no ReLU: only the GEMM's gradients
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             grads = torch.autograd.grad(out, [w] + ([b] if bias else []), g)
-    finally:
-        torch.set_num_threads(saved)
     eager_ops = {e.name for e in prof.events()} & {"aten::mm", "aten::sum"}
     kernel = BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     assert (not eager_ops) == kernel, eager_ops

@@ -5,7 +5,7 @@ masks, and against eager autograd; the gradients asked for only; NaN; zero rows;
 import pytest
 import torch
 
-from conftest import ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, eager_mlp, make_mlp, rel_error
+from conftest import ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, cpu_threads, eager_mlp, make_mlp, rel_error
 
 
 def reference_backward_rounded(gout, x, ws, has_bias, outputs, relu_last):
@@ -99,14 +99,10 @@ def test_training_threads_give_the_same_gradients(dtype):
     x = random((5000, 64), dtype, "cpu")
     ws, bs = make_mlp([64, 64, 64, 32], dtype, device="cpu")
     gout = random((5000, 32), dtype, "cpu")
-    threads = torch.get_num_threads()
-    try:
-        results = []
-        for n in (1, 2):
-            torch.set_num_threads(n)
+    results = []
+    for n in (1, 2):
+        with cpu_threads(n):
             results.append(mlp_grads(x, ws, bs, False, gout))
-    finally:
-        torch.set_num_threads(threads)
     (_, outputs, one), (_, _, two) = results
     gx, gws, gbs = reference_backward_rounded(gout, x, ws, [True] * 3, outputs, False)
     for a, b, ref in zip(one, two, [gx] + gws + gbs):
