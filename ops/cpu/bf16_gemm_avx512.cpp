@@ -288,6 +288,14 @@ int64_t column_tiles(int64_t k) {
   return (k + kTileCols - 1) / kTileCols;
 }
 
+// One packed vector (64-byte aligned), written past the caches. Each GEMM thread reads every panel,
+// most of them packed by another thread; streamed, the 2-core EPYC's single-block forwards ran 0-9%
+// faster at 2 threads and the same at 1 (docs/perf/cpu-2026-11-25-bf16-forward-pack/). The likely
+// cause, which this VM has no counters to show: lines left dirty in the other core's cache.
+void store_packed(uint16_t* dst, __m512i v) {
+  _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), v);
+}
+
 }  // namespace
 
 void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t n, int64_t k, int64_t first_panel,
@@ -301,7 +309,7 @@ void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t 
       for (int64_t i = 0; i < k; i += 2) {
         const uint16_t* first = w + i * ld + c0;
         const uint16_t* second = i + 1 < k ? first + ld : nullptr;
-        _mm512_storeu_si512(panel + i * kBf16GemmPanel, interleave_rows(first, second, lanes));
+        store_packed(panel + i * kBf16GemmPanel, interleave_rows(first, second, lanes));
       }
       continue;
     }
@@ -317,10 +325,11 @@ void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t 
       }
       transpose_16x16_epi32(block);
       for (int64_t pair = 0; pair < (count + 1) / 2; ++pair) {
-        _mm512_storeu_si512(panel + (i + 2 * pair) * kBf16GemmPanel, block[pair]);
+        store_packed(panel + (i + 2 * pair) * kBf16GemmPanel, block[pair]);
       }
     }
   }
+  _mm_sfence();  // the streamed stores ordered before whatever tells the GEMM's threads they are done
 }
 
 void bf16_gemm_act(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, const uint16_t* packed, int64_t n,

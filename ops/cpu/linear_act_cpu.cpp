@@ -143,6 +143,7 @@ at::Tensor packed_bf16_weight(const at::Tensor& w, bool inputs_major) {
   at::Tensor packed = at::empty({bf16_packed_elements(n, k)}, w.options());
   const auto* bits = static_cast<const uint16_t*>(w.const_data_ptr());
   auto* out = static_cast<uint16_t*>(packed.data_ptr());
+  TORCH_INTERNAL_ASSERT(reinterpret_cast<uintptr_t>(out) % 64 == 0, "pack_bf16_weight streams 64-byte vectors");
   at::parallel_for(0, bf16_gemm_panels(n), 1, [&](int64_t begin, int64_t end) {
     pack_bf16_weight(bits, w.stride(0), inputs_major, n, k, begin, end, out);
   });
