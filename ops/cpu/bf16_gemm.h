@@ -29,9 +29,9 @@ inline int64_t bf16_packed_elements(int64_t n, int64_t k) {
 
 // Panels [first_panel, end_panel) of the weight for n output and k input features into `packed`
 // (bf16_packed_elements(n, k) elements, 64-byte aligned as ATen's CPU allocations; columns and pairs
-// past n and k zero). The weight is
-// w[c * ld + i] for output feature c and input feature i, as a Linear's [n, k] weight; or, when
-// `inputs_major`, w[i * ld + c], as the [k, n] weight of a Linear whose input gradient this computes.
+// past n and k zero). The weight is w[c * ld + i] for output feature c and input feature i, as a
+// Linear's [n, k] weight; or, when `inputs_major`, w[i * ld + c], as the [k, n] weight of a Linear
+// whose input gradient this computes.
 void pack_bf16_weight(const uint16_t* w, int64_t ld, bool inputs_major, int64_t n, int64_t k, int64_t first_panel,
                       int64_t end_panel, uint16_t* packed);
 

@@ -289,9 +289,9 @@ int64_t column_tiles(int64_t k) {
 }
 
 // One packed vector (64-byte aligned), written past the caches. Each GEMM thread reads every panel,
-// most of them packed by another thread; streamed, the 2-core EPYC's single-block forwards ran 0-9%
-// faster at 2 threads and the same at 1 (docs/perf/cpu-2026-11-25-bf16-forward-pack/). The likely
-// cause, which this VM has no counters to show: lines left dirty in the other core's cache.
+// the others' too; streamed, the 2-core EPYC's 1024x784->2048 forward ran 1.03-1.07x faster at 2
+// threads and 0.99-1.02x at 1 (variants.log in docs/perf/cpu-2026-11-25-bf16-forward-pack/). The
+// likely cause, which this VM has no counters to show: lines left dirty in the other core's cache.
 void store_packed(uint16_t* dst, __m512i v) {
   _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), v);
 }
