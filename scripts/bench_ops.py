@@ -389,7 +389,20 @@ def time_calls(call, n_sets: int, device: str, budget: Budget) -> float:
     return statistics.median(timed_run(lambda i: call(i % n_sets), 0, reps, device, burst))
 
 
-def time_interleaved(timed: dict, n_sets: int, device: str, budget: Budget, rounds: int = 5) -> dict:
+# Rounds in which the competitors of a row take turns. A full run's budgets take at least this many
+# samples of each, one in every round (with 3, two of the five rounds of a long CPU row had none);
+# --quick's take fewer.
+ROUNDS = 5
+
+
+def timing_budget(device: str, quick: bool) -> Budget:
+    """Samples of each competitor of a row."""
+    if device == "cuda":
+        return Budget(0.02, 3, 5, 1) if quick else Budget(0.15, ROUNDS, 100, 3)
+    return Budget(0.02, 2, 3, 1) if quick else Budget(0.5, ROUNDS, 30, 2)
+
+
+def time_interleaved(timed: dict, n_sets: int, device: str, budget: Budget, rounds: int = ROUNDS) -> dict:
     """Median ms per call, samples and calls per sample of each competitor (inputs cycling over the
     sets), timed in rounds that take turns (A's samples, B's, ..., then A's again), so that a slow
     spell of the machine (a shared host, GPU clocks) falls on every competitor alike instead of on
@@ -550,10 +563,7 @@ class Runner:
         self.args = args
         self.device = args.device
         self.quick = args.quick
-        if self.device == "cuda":
-            self.budget = Budget(0.02, 3, 5, 1) if self.quick else Budget(0.15, 5, 100, 3)
-        else:
-            self.budget = Budget(0.02, 2, 3, 1) if self.quick else Budget(0.5, 3, 30, 2)
+        self.budget = timing_budget(self.device, self.quick)
         self.cpu_memory = CpuPeakMemory() if self.device == "cpu" else None
         self.failures = []
 
@@ -766,7 +776,7 @@ def metadata(args, threads_list, ceilings, baseline_note) -> dict:
         "inductor_fx_graph_cache": bool(torch._inductor.config.fx_graph_cache),
         "timing": (f"CUDA events around bursts of back-to-back calls (>= {BURST_S * 1e3:g} ms a burst, at most "
                    f"{MAX_BURST} calls), ms per call of each burst" if args.device == "cuda"
-                   else "time.perf_counter around each call") + ", median; competitors timed in 5 interleaved rounds",
+                   else "time.perf_counter around each call") + f", median; competitors timed in {ROUNDS} interleaved rounds",
         "memory": ("torch.cuda.max_memory_allocated above the level before one call" if args.device == "cuda"
                    else "peak RSS (VmHWM after clear_refs) above the level before one call"),
         "baseline": baseline_note,

@@ -71,11 +71,16 @@ def test_no_hostname_in_results(results):
     assert f'"{socket.gethostname()}"' not in text
 
 
-def test_bursts_call_each_index_once_and_report_ms_per_call():
+@pytest.fixture(scope="module")
+def bench_ops():
     spec = importlib.util.spec_from_file_location("bench_ops", SCRIPT)
-    bench_ops = importlib.util.module_from_spec(spec)
-    sys.modules["bench_ops"] = bench_ops  # its dataclasses look their module up there
-    spec.loader.exec_module(bench_ops)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_ops"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bursts_call_each_index_once_and_report_ms_per_call(bench_ops):
     called = []
     times = bench_ops.timed_run(called.append, first=6, count=4, device="cpu", burst=3)
     assert called == list(range(6, 18)) and len(times) == 4 and all(t >= 0 for t in times)
@@ -84,3 +89,17 @@ def test_bursts_call_each_index_once_and_report_ms_per_call():
     assert bench_ops.burst_size(1.0, "cuda") == 1
     assert bench_ops.burst_size(1e-9, "cuda") == bench_ops.MAX_BURST
     assert bench_ops.burst_size(1e-9, "cpu") == 1
+
+
+def test_long_calls_get_a_sample_in_every_round(bench_ops):
+    """A competitor whose call is long enough for the minimum of samples still takes its turn in every
+    round of a full run's budget."""
+    order = []
+    timed = {name: (lambda i, name=name: order.append(name), 1.0) for name in ("eager", "hypatia")}
+    for device in ("cpu", "cuda"):
+        order.clear()
+        budget = bench_ops.timing_budget(device, quick=False)
+        result = bench_ops.time_interleaved(timed, 1, "cpu", budget)  # 1 s a call, already warm
+        assert order == ["eager", "hypatia"] * bench_ops.ROUNDS
+        assert {name: reps for name, (_, reps, _) in result.items()} == {"eager": bench_ops.ROUNDS,
+                                                                         "hypatia": bench_ops.ROUNDS}
