@@ -209,7 +209,7 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
   check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
   const int64_t widest = widest_width(input.size(-1), weights);
   if (!blocks_pay(input.scalar_type(), widest)) {
-    if (auto grads = wide_bf16_mlp_backward(
+    if (auto grads = wide_mlp_backward(
             grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad)) {
       return *std::move(grads);
     }

@@ -38,11 +38,12 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w);
 std::pair<at::Tensor, at::Tensor> cpu_relu_input_grad(
     const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
 
-// fused_mlp's backward (as fused_mlp_backward_with) for bfloat16 MLPs whose layers below the top all
-// take the library's kernels: row chunks go down through those layers, so that the hidden
-// gradients exist one chunk tall, in buffers used again (the per-layer backward makes each a fresh
-// [M, H] tensor, 64 MiB at 8192x4096, faulted in page by page). std::nullopt where it does not apply.
-std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
+// fused_mlp's backward (as fused_mlp_backward_with) for bfloat16 and float32 MLPs whose layers below
+// the top all take the library's kernels (and oneDNN's, for float32 input gradients): row chunks go
+// down through those layers, so that the hidden gradients exist one chunk tall, in buffers used
+// again (the per-layer backward makes each a fresh [M, H] tensor, 64-128 MiB at 8192x4096, faulted
+// in page by page). std::nullopt where it does not apply.
+std::optional<std::vector<at::Tensor>> wide_mlp_backward(
     const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
 

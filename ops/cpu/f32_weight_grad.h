@@ -18,10 +18,10 @@ constexpr int64_t kF32GradTileCols = 64;
 // Floats of scratch that weight_grad_f32 needs for an output block of n x k.
 int64_t weight_grad_f32_scratch_elements(int64_t n, int64_t k);
 
-// out[i * ldo + j] = sum over r in [0, rows) of g[r * ldg + i] * h[r * ldh + j], for i in [0, n) and
-// j in [0, k): one output block, summed in fp32 over chunks of rows. g and h are [rows, *] float32
-// with unit column stride.
+// out[i * ldo + j] (+)= sum over r in [0, rows) of g[r * ldg + i] * h[r * ldh + j], for i in [0, n)
+// and j in [0, k): one output block, summed in fp32 over chunks of rows, added to out where
+// `accumulate`. g and h are [rows, *] float32 with unit column stride.
 void weight_grad_f32(const float* g, int64_t ldg, const float* h, int64_t ldh, int64_t rows, int64_t n, int64_t k,
-                     float* out, int64_t ldo, float* scratch);
+                     float* out, int64_t ldo, bool accumulate, float* scratch);
 
 }  // namespace hypatia::ops

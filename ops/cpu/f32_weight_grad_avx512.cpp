@@ -95,13 +95,13 @@ int64_t weight_grad_f32_scratch_elements(int64_t n, int64_t k) {
 }
 
 void weight_grad_f32(const float* g, int64_t ldg, const float* h, int64_t ldh, int64_t rows, int64_t n, int64_t k,
-                     float* out, int64_t ldo, float* scratch) {
+                     float* out, int64_t ldo, bool accumulate, float* scratch) {
   const int64_t k_tiles = tiles(k);
   float* packed_h = scratch;                                 // [tile][row][64], zeros past k
   float* packed_g = scratch + kChunkRows * k_tiles * kTileCols;  // [strip][row][6]
   for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
     const int64_t chunk = min(kChunkRows, rows - r0);
-    const bool first = r0 == 0;
+    const bool first = r0 == 0 && !accumulate;
     for (int64_t t = 0; t < k_tiles; ++t) {
       for (int64_t p = 0; p < chunk; ++p) {
         const float* src = h + (r0 + p) * ldh + t * kTileCols;

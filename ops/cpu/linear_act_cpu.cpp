@@ -121,6 +121,21 @@ void relu_into(const at::Tensor& src, at::Tensor& dst) {
   }
 }
 
+// Per-thread fp32 column sums (one row a thread, zeros; run_bf16_gemm adds to them), and their
+// total rounded once to `dtype`, as ATen's sum rounds its fp32 accumulator: a bias gradient.
+at::Tensor new_column_sums(int64_t n, const at::TensorOptions& options) {
+  return at::zeros({at::get_num_threads(), n}, options.dtype(at::kFloat));
+}
+at::Tensor column_sums_total(const at::Tensor& sums, at::ScalarType dtype) {
+  return sums.sum(0).to(dtype);
+}
+
+// The [n, k] weight gradient from its fp32 sums (padded or not), rounded once to `dtype`, as oneDNN's
+// GEMM rounds.
+at::Tensor weight_grad_from_sums(const at::Tensor& sums, int64_t n, int64_t k, at::ScalarType dtype) {
+  return sums.narrow(0, 0, n).narrow(1, 0, k).to(dtype);
+}
+
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
 // Whether a bfloat16 layer of n x k features over `rows` rows runs the library's kernel: where the
 // CPU has it and the rows pay for packing the weight on every call. On the EPYC
@@ -167,15 +182,6 @@ void run_bf16_gemm(const at::Tensor& x, const at::Tensor& packed, const Bf16Epil
                   static_cast<const uint16_t*>(packed.const_data_ptr()), n, e, out_bits + begin * out.stride(0),
                   out.stride(0));
   });
-}
-
-// Per-thread fp32 column sums for run_bf16_gemm (one row a thread, zeros), and their total rounded
-// once to bfloat16, as ATen's sum rounds its fp32 accumulator: a bias gradient.
-at::Tensor new_column_sums(int64_t n, const at::TensorOptions& options) {
-  return at::zeros({at::get_num_threads(), n}, options.dtype(at::kFloat));
-}
-at::Tensor column_sums_total(const at::Tensor& sums) {
-  return sums.sum(0).to(at::kBFloat16);
 }
 
 // out = grad2d @ w (w packed inputs-major), rounded to bfloat16 and zeroed where relu_out2d <= 0, as
@@ -239,10 +245,6 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
 constexpr int64_t kMinWideWeightGradElements = int64_t(1) << 20;
 constexpr int64_t kMinF32WeightGradRows = 1024;
 constexpr int64_t kMinBf16WeightGradRows = 4096;
-// Rows of a wide bfloat16 MLP's backward chunk (wide_bf16_mlp_backward): the hidden gradient, 8 MiB
-// at 4096 wide, stays below glibc's 32 MiB mmap threshold and in L3 between the GEMM that writes it
-// and the two that read it.
-constexpr int64_t kWideBackwardChunkRows = 1024;
 
 // fn(i, slice_n, j, slice_k) for the output block [i, i + slice_n) x [j, j + slice_k) of a weight
 // gradient [n, k], one task a thread: slices of its rows (whole `row_unit`s) where g is the wider
@@ -264,18 +266,23 @@ void for_each_output_slice(int64_t n, int64_t k, int64_t row_unit, int64_t col_u
 }
 
 #ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
-// cpu_weight_grads by weight_grad_f32; the bias gradient as ATen's.
-std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+// sums (float32 [n, k], contiguous) = g.T @ h by weight_grad_f32, or += when `accumulate`.
+void weight_grad_sums_f32(const at::Tensor& grad2d, const at::Tensor& h2d, const at::Tensor& sums, bool accumulate) {
   const at::Tensor g = with_unit_column_stride(grad2d);
   const at::Tensor h = with_unit_column_stride(h2d);
   const int64_t rows = g.size(0), n = g.size(1), k = h.size(1);
-  at::Tensor weight = at::empty({n, k}, g.options());
   for_each_output_slice(n, k, kF32GradTileRows, kF32GradTileCols, [&](int64_t i, int64_t slice_n, int64_t j,
                                                                       int64_t slice_k) {
     const at::Tensor scratch = at::empty({weight_grad_f32_scratch_elements(slice_n, slice_k)}, g.options());
     weight_grad_f32(g.const_data_ptr<float>() + i, g.stride(0), h.const_data_ptr<float>() + j, h.stride(0), rows,
-                    slice_n, slice_k, weight.data_ptr<float>() + i * k + j, k, scratch.data_ptr<float>());
+                    slice_n, slice_k, sums.data_ptr<float>() + i * k + j, k, accumulate, scratch.data_ptr<float>());
   });
+}
+
+// cpu_weight_grads by weight_grad_f32; the bias gradient as ATen's.
+std::pair<at::Tensor, at::Tensor> weight_grads_f32(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  at::Tensor weight = at::empty({grad2d.size(1), h2d.size(1)}, grad2d.options());
+  weight_grad_sums_f32(grad2d, h2d, weight, /*accumulate=*/false);
   return {std::move(weight), bias_grad ? grad2d.sum(0) : at::Tensor()};
 }
 #endif
@@ -304,18 +311,13 @@ at::Tensor new_weight_grad_sums_bf16(int64_t n, int64_t k, const at::TensorOptio
   return at::empty({bf16_grad_padded(n), bf16_grad_padded(k)}, options.dtype(at::kFloat));
 }
 
-// The [n, k] weight gradient from its fp32 sums, rounded once to bfloat16, as oneDNN's GEMM rounds.
-at::Tensor weight_grad_from_sums(const at::Tensor& sums, int64_t n, int64_t k) {
-  return sums.narrow(0, 0, n).narrow(1, 0, k).to(at::kBFloat16);
-}
-
 // cpu_weight_grads by wide_weight_grad_bf16; the bias gradient as ATen's.
 std::pair<at::Tensor, at::Tensor> wide_weight_grads_bf16(
     const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
   const int64_t n = grad2d.size(1), k = h2d.size(1);
   const at::Tensor sums = new_weight_grad_sums_bf16(n, k, grad2d.options());
   wide_weight_grad_sums_bf16(grad2d, h2d, sums, /*accumulate=*/false);
-  return {weight_grad_from_sums(sums, n, k), bias_grad ? grad2d.sum(0) : at::Tensor()};
+  return {weight_grad_from_sums(sums, n, k, at::kBFloat16), bias_grad ? grad2d.sum(0) : at::Tensor()};
 }
 #endif
 
@@ -439,30 +441,107 @@ std::pair<at::Tensor, at::Tensor> cpu_relu_input_grad(
     at::Tensor out = at::empty({grad2d.size(0), w.size(1)}, grad2d.options());
     const at::Tensor sums = bias_grad ? new_column_sums(out.size(1), out.options()) : at::Tensor();
     run_bf16_relu_input_grad(grad2d, packed_bf16_weight(w.contiguous(), /*inputs_major=*/true), relu_out2d, out, sums);
-    return {std::move(out), bias_grad ? column_sums_total(sums) : at::Tensor()};
+    return {std::move(out), bias_grad ? column_sums_total(sums, at::kBFloat16) : at::Tensor()};
   }
 #endif
   return relu_backward_and_bias_grad(cpu_input_grad(grad2d, w), relu_out2d, bias_grad);
 }
 
-std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
+namespace {
+
+// The kernels of wide_mlp_backward for one dtype, on one chunk of rows.
+struct WideBackwardKernels {
+  // Small enough that a chunk's hidden gradient stays below glibc's 32 MiB mmap threshold (reused
+  // without fresh pages) and in L3 between the GEMM that writes it and the two that read it.
+  int64_t chunk_rows;
+  // w [n, k] prepared for grad @ w over chunks of chunk_rows rows.
+  at::Tensor (*pack)(const at::Tensor& w, int64_t chunk_rows);
+  // next = grad @ w zeroed where relu_out <= 0 (threshold_backward), its column sums added to
+  // bias_sums (new_column_sums) where that is defined.
+  void (*relu_input_grad)(const at::Tensor& grad, const at::Tensor& packed, const at::Tensor& relu_out,
+                          at::Tensor& next, const at::Tensor& bias_sums);
+  // out = grad @ w.
+  void (*input_grad)(const at::Tensor& grad, const at::Tensor& packed, at::Tensor& out);
+  // fp32 sums for an [n, k] weight gradient (weight_grad_from_sums reads them), and
+  // sums (+)= grad.T @ h.
+  at::Tensor (*new_weight_sums)(int64_t n, int64_t k, const at::TensorOptions& options);
+  void (*weight_sums)(const at::Tensor& grad, const at::Tensor& h, const at::Tensor& sums, bool accumulate);
+};
+
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+// The library's kernels, the mask and bias sums in the GEMM's epilogue; 1024-row chunks (8 MiB of
+// hidden gradient at 4096 wide).
+static_assert(kMinBf16InputGradWeight == kMinWideWeightGradElements, "wide_mlp_backward's one width test");
+const WideBackwardKernels kBf16WideBackward{
+    1024,
+    [](const at::Tensor& w, int64_t) { return packed_bf16_weight(w.contiguous(), /*inputs_major=*/true); },
+    run_bf16_relu_input_grad,
+    [](const at::Tensor& grad, const at::Tensor& packed, at::Tensor& out) {
+      run_bf16_gemm(grad, packed, Bf16Epilogue{}, out);
+    },
+    new_weight_grad_sums_bf16,
+    wide_weight_grad_sums_bf16};
+#endif
+
+#ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
+// oneDNN's inner product on weights it packed once for all chunks, and the library's weight
+// gradient; 512-row chunks (8 MiB of hidden gradient at 4096 wide, as the bfloat16 ones). On the
+// EPYC, fused_mlp 8192x1024-4096's backward ran 1.01-1.03x faster so than by the per-layer backward,
+// whose input gradients write fresh 32-128 MiB tensors; forward+backward 1.02-1.03x at 1 thread,
+// 1.00-1.01x at 2 (docs/perf/cpu-2026-11-25-f32-chunks/).
+const WideBackwardKernels kF32WideBackward{
+    512,
+    [](const at::Tensor& w, int64_t chunk_rows) { return onednn_packed_weight(w.t(), chunk_rows); },
+    [](const at::Tensor& grad, const at::Tensor& packed, const at::Tensor& relu_out, at::Tensor& next,
+       const at::Tensor& bias_sums) {
+      at::threshold_backward_out(next, onednn_linear(grad, packed, std::nullopt), relu_out, 0);
+      if (bias_sums.defined()) {
+        bias_sums[0].add_(next.sum(0));
+      }
+    },
+    [](const at::Tensor& grad, const at::Tensor& packed, at::Tensor& out) {
+      out.copy_(onednn_linear(grad, packed, std::nullopt));
+    },
+    [](int64_t n, int64_t k, const at::TensorOptions& options) { return at::empty({n, k}, options); },
+    weight_grad_sums_f32};
+#endif
+
+// The kernels wide_mlp_backward takes for `rows` rows of `dtype` on this CPU, or none.
+const WideBackwardKernels* wide_backward_kernels(at::ScalarType dtype, int64_t rows) {
+#ifdef HYPATIA_WITH_AVX512BF16_GEMM
+  if (dtype == at::kBFloat16 && rows >= kMinBf16WeightGradRows && bf16_gemm_supported()) {
+    return &kBf16WideBackward;
+  }
+#endif
+#ifdef HYPATIA_WITH_AVX512_F32_WEIGHT_GRAD
+  if (dtype == at::kFloat && rows >= kMinF32WeightGradRows && f32_weight_grad_supported() &&
+      onednn_float32_blocks() && has_onednn()) {
+    return &kF32WideBackward;
+  }
+#endif
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<std::vector<at::Tensor>> wide_mlp_backward(
     const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
-#ifdef HYPATIA_WITH_AVX512BF16_GEMM
   const size_t depth = weights.size(), top = depth - 1;
   const int64_t rows = as_rows(input).size(0);
+  const at::ScalarType dtype = input.scalar_type();
+  const WideBackwardKernels* kernels = wide_backward_kernels(dtype, rows);
   // Not where autograd records the backward (a double backward): as cpu_relu_input_grad.
   const bool recorded = records_backward({grad_out}) || records_backward(saved_outputs);
-  if (input.scalar_type() != at::kBFloat16 || depth < 2 || rows < kMinBf16WeightGradRows || recorded ||
-      !bf16_gemm_supported()) {
+  if (kernels == nullptr || depth < 2 || recorded) {
     return std::nullopt;
   }
-  // Only where the per-layer backward would give every GEMM below the top layer to the library's
-  // kernels: input gradients from 2^20 weights, weight gradients from 2^20 and 4096 rows. (A last
-  // chunk may be shorter than the 512 rows of bf16_gemm_pays, which weighs the packing paid once here.)
+  // Only where the per-layer backward would give every GEMM below the top layer to these kernels:
+  // input and weight gradients from 2^20 weights. (A last bfloat16 chunk may be shorter than the 512
+  // rows of bf16_gemm_pays, which weighs the packing paid once here.)
   for (size_t i = 0; i < depth; ++i) {
-    const bool carries_gradient = i > 0 || input_grad, wide = weights[i].numel() >= kMinBf16InputGradWeight;
-    if ((carries_gradient && !wide) || (i < top && params_grad && weights[i].numel() < kMinWideWeightGradElements)) {
+    const bool carries_gradient = i > 0 || input_grad, wide = weights[i].numel() >= kMinWideWeightGradElements;
+    if (!wide && (carries_gradient || (i < top && params_grad))) {
       return std::nullopt;
     }
   }
@@ -479,11 +558,12 @@ std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
   }
   // Below it, per layer: the packed weight, its input and saved output, fp32 weight-gradient sums and
   // per-thread bias sums, over all chunks.
+  const int64_t chunk_rows = kernels->chunk_rows;
   std::vector<at::Tensor> packed(depth), inputs(depth), relu_outs(depth), sums(depth), bias_sums(depth);
   int64_t widest = 0;
   for (size_t i = 0; i < depth; ++i) {
     if (i > 0 || input_grad) {
-      packed[i] = packed_bf16_weight(weights[i].contiguous(), /*inputs_major=*/true);
+      packed[i] = kernels->pack(weights[i], chunk_rows);
     }
     if (i == top) {
       continue;
@@ -493,43 +573,40 @@ std::optional<std::vector<at::Tensor>> wide_bf16_mlp_backward(
     inputs[i] = layer_input(i);
     relu_outs[i] = as_rows(saved_outputs[i]).contiguous();
     if (params_grad) {
-      sums[i] = new_weight_grad_sums_bf16(n, k, grad.options());
+      sums[i] = kernels->new_weight_sums(n, k, grad.options().dtype(at::kFloat));
       if (has_bias.get(i)) {
         bias_sums[i] = new_column_sums(n, grad.options());
       }
     }
   }
   at::Tensor grad_input = input_grad ? at::empty({rows, weights[0].size(1)}, grad.options()) : at::Tensor();
-  const at::Tensor buffers = at::empty({2, kWideBackwardChunkRows * widest}, grad.options());
-  for (int64_t r = 0; r < rows; r += kWideBackwardChunkRows) {
-    const int64_t count = std::min(kWideBackwardChunkRows, rows - r);
+  const at::Tensor buffers = at::empty({2, chunk_rows * widest}, grad.options());
+  for (int64_t r = 0; r < rows; r += chunk_rows) {
+    const int64_t count = std::min(chunk_rows, rows - r);
     at::Tensor chunk_grad = grad.narrow(0, r, count);
     for (size_t i = top; i-- > 0;) {  // the gradient at layer i's output, through its ReLU
       const int64_t n = weights[i].size(0);
       at::Tensor next = buffers[i % 2].narrow(0, 0, count * n).view({count, n});
-      run_bf16_relu_input_grad(chunk_grad, packed[i + 1], relu_outs[i].narrow(0, r, count), next, bias_sums[i]);
+      kernels->relu_input_grad(chunk_grad, packed[i + 1], relu_outs[i].narrow(0, r, count), next, bias_sums[i]);
       if (params_grad) {
-        wide_weight_grad_sums_bf16(next, inputs[i].narrow(0, r, count), sums[i], /*accumulate=*/r > 0);
+        kernels->weight_sums(next, inputs[i].narrow(0, r, count), sums[i], /*accumulate=*/r > 0);
       }
       chunk_grad = next;
     }
     if (input_grad) {
       at::Tensor rows_out = grad_input.narrow(0, r, count);
-      run_bf16_gemm(chunk_grad, packed[0], Bf16Epilogue{}, rows_out);
+      kernels->input_grad(chunk_grad, packed[0], rows_out);
     }
   }
   for (size_t i = 0; i < top; ++i) {
     if (params_grad) {
-      grad_weights[i] = weight_grad_from_sums(sums[i], weights[i].size(0), weights[i].size(1));
+      grad_weights[i] = weight_grad_from_sums(sums[i], weights[i].size(0), weights[i].size(1), dtype);
       if (has_bias.get(i)) {
-        grad_biases[i] = column_sums_total(bias_sums[i]);
+        grad_biases[i] = column_sums_total(bias_sums[i], dtype);
       }
     }
   }
   return defined_grads({grad_weights, grad_biases, input_grad ? grad_input.view(input.sizes()) : at::Tensor()});
-#else
-  return std::nullopt;
-#endif
 }
 
 std::pair<at::Tensor, at::Tensor> cpu_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {

@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck, gradgradcheck
 
-from conftest import (BF16_KERNEL_CPU, bf16_kernel_runs, bf16_wide_weight_grad_runs, cpu_threads, f32_weight_grad_runs,
-                      rel_error)
+from conftest import (BF16_KERNEL_CPU, ONEDNN_FLOAT32_BLOCKS_CPU, bf16_kernel_runs, bf16_wide_weight_grad_runs, cpu_threads,
+                      f32_weight_grad_runs, rel_error)
 
 
 def params(shape, device, dtype=torch.float64):
@@ -173,58 +173,74 @@ def test_cpu_bfloat16_relu_input_grad(rows, dims, bias, threads):
 @pytest.mark.parametrize("rows_special", [(4097, True), (5000, False)])
 @pytest.mark.parametrize("dims", [(1024, 1030, 1025), (1024, 1030, 1100, 1030)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_cpu_bfloat16_wide_mlp_backward_in_row_chunks(rows_special, dims, threads):
-    """A wide bfloat16 fused_mlp's backward on the CPU where every GEMM takes the library's kernels:
-    below the top layer, chunks of 1024 rows go down through the layers (wide_bf16_mlp_backward), the
-    weight gradients summed over the chunks; the last chunk 1 or 904 rows. No aten::mm or
-    threshold_backward then, else eager's ops. With a NaN and an Inf in the input (whole hidden rows
-    NaN and +-Inf), every gradient has NaN and Inf where eager's has them. Every gradient's finite
-    entries as close to float64 as eager's."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cpu_wide_mlp_backward_in_row_chunks(rows_special, dims, threads, dtype):
+    """A wide fused_mlp's backward on the CPU where every GEMM takes the library's kernels (and
+    oneDNN's, for float32 input gradients): below the top layer, chunks of 1024 bfloat16 or 512
+    float32 rows go down through the layers (wide_mlp_backward), the weight gradients summed over the
+    chunks; the last chunk 1 row, or 904 / 392. bfloat16 then runs no aten::mm or threshold_backward,
+    float32 one oneDNN inner product a layer and chunk; elsewhere the per-layer backward. With a NaN
+    and an Inf in the input (whole hidden rows NaN and +-Inf), every gradient has NaN and Inf where
+    eager's has them. Every gradient's finite entries as close to float64 as eager's."""
     rows, special = rows_special
     torch.manual_seed(rows + len(dims))
-    x = torch.randn(rows, dims[0]).bfloat16()
+    x = torch.randn(rows, dims[0]).to(dtype)
     if special:
         x[3, 0], x[5, 1] = float("nan"), float("inf")
     x.requires_grad_()
     depth = len(dims) - 1
-    ws = [(torch.randn(dims[i + 1], dims[i]) / dims[i]**0.5).bfloat16().requires_grad_() for i in range(depth)]
-    bs = [torch.randn(dims[i + 1]).bfloat16().requires_grad_() for i in range(depth - 1)] + [None]
-    g = torch.randn(rows, dims[-1]).bfloat16()
+    ws = [(torch.randn(dims[i + 1], dims[i]) / dims[i]**0.5).to(dtype).requires_grad_() for i in range(depth)]
+    bs = [torch.randn(dims[i + 1]).to(dtype).requires_grad_() for i in range(depth - 1)] + [None]
+    g = torch.randn(rows, dims[-1]).to(dtype)
     wanted = [x] + ws + bs[:-1]
     with cpu_threads(threads):
         out = torch.ops.hypatia.fused_mlp(x, ws, bs, False)
+        with torch.no_grad():  # the hidden layers that the backward masks by
+            hidden = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, False)[:-1]
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             grads = torch.autograd.grad(out, wanted, g)
-        h = x
+        h, eager_hidden = x, []
         for i in range(depth):
             h = F.linear(h, ws[i], bs[i])
-            h = F.relu(h) if i + 1 < depth else h
+            if i + 1 < depth:
+                h = F.relu(h)
+                eager_hidden.append(h.detach())
         eager = torch.autograd.grad(h, wanted, g)
-    eager_ops = {e.name for e in prof.events()} & {"aten::mm", "aten::threshold_backward"}
-    kernel = BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert (not eager_ops) == kernel, eager_ops
-    # The float64 reference: ReLUs that keep NaN, as eager's, and gradients through them zero where
-    # their output is <= 0, as eager's threshold_backward.
-    w64 = [w.double() for w in ws]
-    outs, h64 = [], x.double()
-    for i in range(depth):
-        h64 = h64 @ w64[i].t() + (bs[i].double() if bs[i] is not None else 0)
-        h64 = torch.where(h64 <= 0, 0, h64) if i + 1 < depth else h64
-        outs.append(h64)
-    dz, ref_w, ref_b = g.double(), [None] * depth, [None] * depth
-    for i in reversed(range(depth)):
-        ref_w[i] = dz.t() @ (outs[i - 1] if i > 0 else x.double())
-        ref_b[i] = dz.sum(0)
-        dz = dz @ w64[i]
-        if i > 0:
-            dz = torch.where(outs[i - 1] <= 0, 0, dz)
-    references = [dz] + ref_w + ref_b[:-1]
-    for grad, ref, eager_grad in zip(grads, references, eager):
-        assert grad.dtype == torch.bfloat16 and grad.shape == ref.shape
+    names = [e.name for e in prof.events()]
+    if dtype == torch.bfloat16:
+        eager_ops = set(names) & {"aten::mm", "aten::threshold_backward"}
+        kernel = BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        assert (not eager_ops) == kernel, eager_ops
+    else:
+        chunks = (rows + 511) // 512
+        inner_products = names.count("mkldnn::_linear_pointwise")
+        assert inner_products == (chunks * depth if ONEDNN_FLOAT32_BLOCKS_CPU else 0), inner_products
+
+    def reference(relu_outputs):
+        """The float64 gradients through ReLUs that are zero where relu_outputs (one forward's hidden
+        layers) are <= 0, as eager's threshold_backward: each forward's rounding may put a pre-activation
+        near 0 on the other side."""
+        w64 = [w.double() for w in ws]
+        outs, h64 = [], x.double()
+        for i in range(depth):
+            h64 = h64 @ w64[i].t() + (bs[i].double() if bs[i] is not None else 0)
+            h64 = torch.where(relu_outputs[i] <= 0, 0, h64) if i + 1 < depth else h64
+            outs.append(h64)
+        dz, ref_w, ref_b = g.double(), [None] * depth, [None] * depth
+        for i in reversed(range(depth)):
+            ref_w[i] = dz.t() @ (outs[i - 1] if i > 0 else x.double())
+            ref_b[i] = dz.sum(0)
+            dz = dz @ w64[i]
+            if i > 0:
+                dz = torch.where(relu_outputs[i - 1] <= 0, 0, dz)
+        return [dz] + ref_w + ref_b[:-1]
+
+    for grad, ref, eager_grad, eager_ref in zip(grads, reference(hidden), eager, reference(eager_hidden)):
+        assert grad.dtype == dtype and grad.shape == ref.shape
         assert torch.equal(grad.isnan(), eager_grad.isnan()) and torch.equal(grad.isinf(), eager_grad.isinf())
-        finite = eager_grad.isfinite() & ref.isfinite()
+        finite = eager_grad.isfinite() & ref.isfinite() & eager_ref.isfinite()
         if finite.any():
-            assert rel_error(grad[finite], ref[finite]) <= 1.1 * rel_error(eager_grad[finite], ref[finite]) + 1e-6
+            assert rel_error(grad[finite], ref[finite]) <= 1.1 * rel_error(eager_grad[finite], eager_ref[finite]) + 1e-6
 
 
 def check_wide_weight_grad(dtype, rows, k, n, threads, kernel_runs, vs_eager, slack):

@@ -1,6 +1,6 @@
-"""fused_mlp 8192x1024-4096 bfloat16 forward+backward (the benchmark's row) against eager and
-torch.compile: 2 warm-up calls, then CALLS timed ones, inputs and output gradients rotating over 3
-sets; prints the median. Usage: python mlp_fb.py LIBRARY THREADS hyp|eager|compile CALLS"""
+"""fused_mlp 8192x1024-4096 forward+backward (the benchmark's row), bfloat16 or DTYPE, against eager
+and torch.compile: 2 warm-up calls, then CALLS timed ones, inputs and output gradients rotating over
+3 sets; prints the median. Usage: python mlp_fb.py LIBRARY THREADS hyp|eager|compile CALLS [DTYPE]"""
 import math
 import statistics
 import sys
@@ -11,7 +11,7 @@ import torch
 torch.ops.load_library(sys.argv[1])
 torch.set_num_threads(int(sys.argv[2]))
 mode, calls = sys.argv[3], int(sys.argv[4])
-dt = torch.bfloat16
+dt = getattr(torch, sys.argv[5]) if len(sys.argv) > 5 else torch.bfloat16
 rows, dims = 8192, [1024, 4096, 1024]
 gen = torch.Generator().manual_seed(0)
 sets = [(torch.randn(rows, dims[0], generator=gen).to(dt).requires_grad_(),

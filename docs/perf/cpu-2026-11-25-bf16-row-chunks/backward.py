@@ -1,9 +1,9 @@
-"""fused_mlp 8192x1024-4096 bfloat16's backward alone (_fused_mlp_backward, input and parameter
-gradients) on one forward's saved output: CALLS calls; prints each call's ms.
-Usage: python backward.py LIBRARY THREADS CALLS"""
+"""fused_mlp 8192x1024-4096's backward alone (_fused_mlp_backward, input and parameter gradients),
+bfloat16 or DTYPE, on one forward's saved output: CALLS calls; prints each call's ms.
+Usage: python backward.py LIBRARY THREADS CALLS [DTYPE]"""
 import math, sys, time, torch
 torch.ops.load_library(sys.argv[1]); torch.set_num_threads(int(sys.argv[2]))
-dt = torch.bfloat16; rows, dims = 8192, [1024, 4096, 1024]
+dt = getattr(torch, sys.argv[4]) if len(sys.argv) > 4 else torch.bfloat16; rows, dims = 8192, [1024, 4096, 1024]
 gen = torch.Generator().manual_seed(0)
 x = torch.randn(rows, dims[0], generator=gen).to(dt)
 go = torch.randn(rows, dims[-1], generator=gen).to(dt)

@@ -1,9 +1,9 @@
-"""fused_mlp 8192x1024-4096 bfloat16 (or eager's MLP): four forward+backward calls, each with the MiB of
-pages that its forward and its backward faulted in (minor faults, getrusage) and its time.
-Usage: python faults.py LIBRARY THREADS hyp|eager"""
+"""fused_mlp 8192x1024-4096 (or eager's MLP), bfloat16 or DTYPE: four forward+backward calls, each with
+the MiB of pages that its forward and its backward faulted in (minor faults, getrusage) and its time.
+Usage: python faults.py LIBRARY THREADS hyp|eager [DTYPE]"""
 import math, resource, sys, time, torch
 torch.ops.load_library(sys.argv[1]); torch.set_num_threads(int(sys.argv[2]))
-dt = torch.bfloat16; rows, dims = 8192, [1024, 4096, 1024]
+dt = getattr(torch, sys.argv[4]) if len(sys.argv) > 4 else torch.bfloat16; rows, dims = 8192, [1024, 4096, 1024]
 gen = torch.Generator().manual_seed(0)
 x = torch.randn(rows, dims[0], generator=gen).to(dt).requires_grad_()
 go = torch.randn(rows, dims[-1], generator=gen).to(dt)
