@@ -395,11 +395,18 @@ def time_calls(call, n_sets: int, device: str, budget: Budget) -> float:
 ROUNDS = 5
 
 
-def timing_budget(device: str, quick: bool) -> Budget:
-    """Samples of each competitor of a row."""
+# Most samples of a competitor in a full CPU run: short rows take up to this many single calls (about
+# 0.5 s of them). With 30, the median of the 0.4 ms linear 256x256->512 float32 forward moved
+# 0.89-1.18x eager from one run to the next; with 400, 1.04-1.06x
+# (docs/perf/cpu-2026-11-25-bench-samples/).
+CPU_MAX_SAMPLES = 400
+
+
+def timing_budget(device: str, quick: bool, max_samples: int | None = None) -> Budget:
+    """Samples of each competitor of a row; max_samples overrides a full run's largest count."""
     if device == "cuda":
-        return Budget(0.02, 3, 5, 1) if quick else Budget(0.15, ROUNDS, 100, 3)
-    return Budget(0.02, 2, 3, 1) if quick else Budget(0.5, ROUNDS, 30, 2)
+        return Budget(0.02, 3, 5, 1) if quick else Budget(0.15, ROUNDS, max_samples or 100, 3)
+    return Budget(0.02, 2, 3, 1) if quick else Budget(0.5, ROUNDS, max_samples or CPU_MAX_SAMPLES, 2)
 
 
 def time_interleaved(timed: dict, n_sets: int, device: str, budget: Budget, rounds: int = ROUNDS) -> dict:
@@ -563,7 +570,7 @@ class Runner:
         self.args = args
         self.device = args.device
         self.quick = args.quick
-        self.budget = timing_budget(self.device, self.quick)
+        self.budget = timing_budget(self.device, self.quick, args.max_samples)
         self.cpu_memory = CpuPeakMemory() if self.device == "cpu" else None
         self.failures = []
 
@@ -773,10 +780,11 @@ def metadata(args, threads_list, ceilings, baseline_note) -> dict:
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "git_commit": commit, "library": str(lib.relative_to(ROOT)) if lib.is_relative_to(ROOT) else lib.name,
         "quick": args.quick, "seed": args.seed, "max_call_s": args.max_call_s, "skip": args.skip,
+        "max_samples": timing_budget(args.device, args.quick, args.max_samples).max_reps,
         "inductor_fx_graph_cache": bool(torch._inductor.config.fx_graph_cache),
         "timing": (f"CUDA events around bursts of back-to-back calls (>= {BURST_S * 1e3:g} ms a burst, at most "
                    f"{MAX_BURST} calls), ms per call of each burst" if args.device == "cuda"
-                   else "time.perf_counter around each call") + f", median; competitors timed in {ROUNDS} interleaved rounds",
+                   else "time.perf_counter around each call") + f", median of at most {timing_budget(args.device, args.quick, args.max_samples).max_reps} samples; competitors timed in {ROUNDS} interleaved rounds",
         "memory": ("torch.cuda.max_memory_allocated above the level before one call" if args.device == "cuda"
                    else "peak RSS (VmHWM after clear_refs) above the level before one call"),
         "baseline": baseline_note,
@@ -919,6 +927,8 @@ def parse_args():
                    "(default 3 on CPU, 60 on CUDA)")
     p.add_argument("--match", help="only rows whose 'op shape dtype' (e.g. 'mlp 65536x64-64x8L bfloat16') matches this regex")
     p.add_argument("--skip", default="", help="competitors to leave out, comma-separated: addmm_act,compile,jit")
+    p.add_argument("--max-samples", type=int, help="most timed samples of a competitor in a row (default "
+                   f"{CPU_MAX_SAMPLES} on CPU, 100 on CUDA; --quick takes its own few)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
