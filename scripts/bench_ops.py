@@ -395,17 +395,17 @@ def time_calls(call, n_sets: int, device: str, budget: Budget) -> float:
 ROUNDS = 5
 
 
-# Most samples of a competitor in a full CPU run: short rows take up to this many single calls (about
-# 0.5 s of them). With 30, the median of the 0.4 ms linear 256x256->512 float32 forward moved
-# 0.89-1.18x eager from one run to the next; with 400, 1.04-1.06x
-# (docs/perf/cpu-2026-11-25-bench-samples/).
+# Most samples of a competitor in a full run. On the CPU short rows take up to this many single
+# calls (about 0.5 s of them): with 30, the 0.4 ms linear 256x256->512 float32 forward at 2 threads
+# ran 0.952-1.186x eager over 5 runs; with 400, 1.052-1.059x (docs/perf/cpu-2026-11-25-bench-samples/).
 CPU_MAX_SAMPLES = 400
+CUDA_MAX_SAMPLES = 100
 
 
 def timing_budget(device: str, quick: bool, max_samples: int | None = None) -> Budget:
     """Samples of each competitor of a row; max_samples overrides a full run's largest count."""
     if device == "cuda":
-        return Budget(0.02, 3, 5, 1) if quick else Budget(0.15, ROUNDS, max_samples or 100, 3)
+        return Budget(0.02, 3, 5, 1) if quick else Budget(0.15, ROUNDS, max_samples or CUDA_MAX_SAMPLES, 3)
     return Budget(0.02, 2, 3, 1) if quick else Budget(0.5, ROUNDS, max_samples or CPU_MAX_SAMPLES, 2)
 
 
@@ -765,6 +765,7 @@ def load_baseline(path: Path | None) -> tuple[dict, str]:
 
 def metadata(args, threads_list, ceilings, baseline_note) -> dict:
     device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else cpu_model()
+    max_samples = timing_budget(args.device, args.quick, args.max_samples).max_reps
     # $HYPATIA_COMMIT: where the tree was copied without its current .git (the GPU machine)
     commit = os.environ.get("HYPATIA_COMMIT")
     try:
@@ -780,11 +781,11 @@ def metadata(args, threads_list, ceilings, baseline_note) -> dict:
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "git_commit": commit, "library": str(lib.relative_to(ROOT)) if lib.is_relative_to(ROOT) else lib.name,
         "quick": args.quick, "seed": args.seed, "max_call_s": args.max_call_s, "skip": args.skip,
-        "max_samples": timing_budget(args.device, args.quick, args.max_samples).max_reps,
+        "max_samples": max_samples,
         "inductor_fx_graph_cache": bool(torch._inductor.config.fx_graph_cache),
         "timing": (f"CUDA events around bursts of back-to-back calls (>= {BURST_S * 1e3:g} ms a burst, at most "
                    f"{MAX_BURST} calls), ms per call of each burst" if args.device == "cuda"
-                   else "time.perf_counter around each call") + f", median of at most {timing_budget(args.device, args.quick, args.max_samples).max_reps} samples; competitors timed in {ROUNDS} interleaved rounds",
+                   else "time.perf_counter around each call") + f", median of at most {max_samples} samples; competitors timed in {ROUNDS} interleaved rounds",
         "memory": ("torch.cuda.max_memory_allocated above the level before one call" if args.device == "cuda"
                    else "peak RSS (VmHWM after clear_refs) above the level before one call"),
         "baseline": baseline_note,
@@ -928,7 +929,7 @@ def parse_args():
     p.add_argument("--match", help="only rows whose 'op shape dtype' (e.g. 'mlp 65536x64-64x8L bfloat16') matches this regex")
     p.add_argument("--skip", default="", help="competitors to leave out, comma-separated: addmm_act,compile,jit")
     p.add_argument("--max-samples", type=int, help="most timed samples of a competitor in a row (default "
-                   f"{CPU_MAX_SAMPLES} on CPU, 100 on CUDA; --quick takes its own few)")
+                   f"{CPU_MAX_SAMPLES} on CPU, {CUDA_MAX_SAMPLES} on CUDA; --quick takes its own few)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
