@@ -763,9 +763,8 @@ def load_baseline(path: Path | None) -> tuple[dict, str]:
     return table, str(path)
 
 
-def metadata(args, threads_list, ceilings, baseline_note) -> dict:
+def metadata(args, threads_list, ceilings, baseline_note, budget: Budget) -> dict:
     device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else cpu_model()
-    max_samples = timing_budget(args.device, args.quick, args.max_samples).max_reps
     # $HYPATIA_COMMIT: where the tree was copied without its current .git (the GPU machine)
     commit = os.environ.get("HYPATIA_COMMIT")
     try:
@@ -781,11 +780,11 @@ def metadata(args, threads_list, ceilings, baseline_note) -> dict:
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "git_commit": commit, "library": str(lib.relative_to(ROOT)) if lib.is_relative_to(ROOT) else lib.name,
         "quick": args.quick, "seed": args.seed, "max_call_s": args.max_call_s, "skip": args.skip,
-        "max_samples": max_samples,
+        "max_samples": budget.max_reps,
         "inductor_fx_graph_cache": bool(torch._inductor.config.fx_graph_cache),
         "timing": (f"CUDA events around bursts of back-to-back calls (>= {BURST_S * 1e3:g} ms a burst, at most "
                    f"{MAX_BURST} calls), ms per call of each burst" if args.device == "cuda"
-                   else "time.perf_counter around each call") + f", median of at most {max_samples} samples; competitors timed in {ROUNDS} interleaved rounds",
+                   else "time.perf_counter around each call") + f", median of at most {budget.max_reps} samples; competitors timed in {ROUNDS} interleaved rounds",
         "memory": ("torch.cuda.max_memory_allocated above the level before one call" if args.device == "cuda"
                    else "peak RSS (VmHWM after clear_refs) above the level before one call"),
         "baseline": baseline_note,
@@ -1007,7 +1006,7 @@ def main():
                 print(f"[{case.op} {case.label()} {case.dtype} {mode}{where}] {row['status']}: {timings}{speed}"
                       + (f" | mem {mem}" if mem else ""), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = metadata(args, threads_list, ceilings, baseline_note)
+    meta = metadata(args, threads_list, ceilings, baseline_note, runner.budget)
     meta["chart"] = chart(args.out / "speedup.png", meta, rows)
     meta["wall_s"] = round(time.perf_counter() - t_start, 1)
     (args.out / "results.json").write_text(json.dumps({"metadata": meta, "rows": rows}, indent=1))
