@@ -7,6 +7,7 @@
 #include <ATen/ops/threshold_backward.h>
 
 #include <algorithm>
+#include <array>
 #include <tuple>
 
 namespace hypatia::ops {
@@ -38,8 +39,9 @@ namespace {
 // out = act(x2d @ w.T + b), shaped like `input` with the last dim replaced by w.size(0).
 at::Tensor apply_layer(
     LinearActOut layer, const at::Tensor& input, const at::Tensor& x2d, const at::Tensor& w,
-    const OptionalTensor& b, bool relu) {
-  at::Tensor out = at::empty({x2d.size(0), w.size(0)}, input.options());
+    const OptionalTensor& b, bool relu, EmptyTensor empty = nullptr) {
+  const std::array<int64_t, 2> sizes{x2d.size(0), w.size(0)};
+  at::Tensor out = empty ? empty(sizes, input.options()) : at::empty(sizes, input.options());
   layer(x2d, w, b, relu, out);
   return unflatten_rows(out, input);
 }
@@ -58,14 +60,16 @@ std::vector<at::Tensor> run_mlp_with(
     at::TensorList weights,
     const OptionalTensorList& biases,
     bool relu_last,
-    bool keep_hidden) {
+    bool keep_hidden,
+    EmptyTensor hidden_empty) {
   check_mlp_args("fused_mlp", input, weights, biases);
   std::vector<at::Tensor> outputs;
   outputs.reserve(weights.size());
   at::Tensor h = input;
   for (size_t i = 0; i < weights.size(); ++i) {
-    const bool relu = i + 1 < weights.size() || relu_last;
-    h = apply_layer(layer, input, as_rows(h), weights[i], biases.get(i), relu);
+    const bool hidden = i + 1 < weights.size();
+    h = apply_layer(layer, input, as_rows(h), weights[i], biases.get(i), hidden || relu_last,
+                    hidden && keep_hidden ? hidden_empty : nullptr);
     if (keep_hidden) {
       outputs.push_back(h);
     }

@@ -36,14 +36,19 @@ at::Tensor unflatten_rows(const at::Tensor& out2d, const at::Tensor& input);
 // Device-generic drivers: flatten the batch dims, run `layer` once per linear layer.
 at::Tensor fused_linear_relu_with(
     LinearActOut layer, const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias);
-// Every layer's output (after its activation) when keep_hidden, else only the last one.
+// Allocates an uninitialised contiguous tensor, as at::empty (which null stands for).
+using EmptyTensor = at::Tensor (*)(at::IntArrayRef sizes, const at::TensorOptions& options);
+
+// Every layer's output (after its activation) when keep_hidden, the hidden ones (all but the last)
+// allocated by hidden_empty; else only the last one.
 std::vector<at::Tensor> run_mlp_with(
     LinearActOut layer,
     const at::Tensor& input,
     at::TensorList weights,
     const OptionalTensorList& biases,
     bool relu_last,
-    bool keep_hidden);
+    bool keep_hidden,
+    EmptyTensor hidden_empty = nullptr);
 
 // A device's GEMMs for a layer's backward, from the gradient w.r.t. its output grad2d [M, N]: the
 // input gradient grad2d @ w [M, K]; the weight gradient grad2d.t() @ h2d [N, K] (h2d: the layer's

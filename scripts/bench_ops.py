@@ -294,6 +294,9 @@ class CpuPeakMemory:
         self._set(64 << 10, 128 << 10)
         try:
             gc.collect()
+            # The library's kept blocks (ops/cpu/buffer_cache.h) given back too, or a call reusing
+            # them would not count their pages.
+            torch.ops.hypatia._empty_cpu_buffer_cache()
             self.libc.malloc_trim(0)
             Path("/proc/self/clear_refs").write_text("5")
             base = self._status_kib("VmRSS")

@@ -5,6 +5,8 @@ Importing this package loads ``libhypatia_ops.so`` into PyTorch, after which the
 and ``fused_mlp`` here call their ``.default`` overloads, which skips the overload resolution that
 calling ``torch.ops.hypatia.<op>`` does on every call.
 ``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them.
+``cpu_buffer_cache_bytes`` and ``empty_cpu_buffer_cache`` read and empty the cache of large CPU
+blocks that ``fused_mlp``'s training forward keeps for its next call.
 The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then beside this package, then in the
 source tree's ``build/`` directory.
 """
@@ -26,6 +28,8 @@ __all__ = [
     "fuse",
     "fuse_file",
     "enable_auto_fusion",
+    "cpu_buffer_cache_bytes",
+    "empty_cpu_buffer_cache",
 ]
 
 _LIBRARY_NAME = "libhypatia_ops.so"
@@ -63,6 +67,19 @@ def fused_mlp(
 ) -> torch.Tensor:
     """Linear layers with ReLU between them (and after the last when relu_last), in one op."""
     return torch.ops.hypatia.fused_mlp.default(input, list(weights), list(biases), relu_last)
+
+
+def cpu_buffer_cache_bytes() -> int:
+    """Bytes of freed CPU blocks the library keeps for its next tensors of the same size: those of
+    32 MiB or more, such as the hidden activations ``fused_mlp`` saves for its backward, at most
+    ``$HYPATIA_CPU_BUFFER_CACHE_MIB`` mebibytes (default 512, read when the library loads; 0 keeps none)."""
+    return torch.ops.hypatia._cpu_buffer_cache_bytes.default()
+
+
+def empty_cpu_buffer_cache() -> int:
+    """Gives the blocks that ``cpu_buffer_cache_bytes`` counts back to the system, as
+    ``torch.cuda.empty_cache`` does on CUDA; returns their bytes."""
+    return torch.ops.hypatia._empty_cpu_buffer_cache.default()
 
 
 @dataclass
