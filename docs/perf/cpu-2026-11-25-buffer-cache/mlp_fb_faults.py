@@ -1,35 +1,27 @@
-"""fused_mlp 8192x1024-4096 forward+backward (issue 5's row) or eager's, with the page faults of each
-call: 2 warm-up calls, then CALLS timed ones, inputs and output gradients rotating over 3 sets; prints
-the median time and the median minor faults per call (in MiB of 4 KiB pages), and the bytes the
-library's CPU buffer cache keeps after the last call where it has one.
+"""fused_mlp 8192x1024-4096 forward+backward (issue 5's row; the inputs of
+../cpu-2026-11-24-mlp-bf16-profile/mlp_fb.py) or eager's, with the page faults of each call: 2 warm-up
+calls, then CALLS timed ones, inputs and output gradients rotating over 3 sets; prints the median time
+and the median minor faults per call (in MiB of 4 KiB pages), and the bytes the library's CPU buffer
+cache keeps after the last call where it has one.
 Usage: python mlp_fb_faults.py LIBRARY THREADS hyp|eager CALLS [DTYPE]"""
-import math
 import resource
 import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cpu-2026-11-24-mlp-bf16-profile"))
+from mlp_fb import case  # noqa: E402
 
 warnings.filterwarnings("ignore")
 torch.ops.load_library(sys.argv[1])
 torch.set_num_threads(int(sys.argv[2]))
 mode, calls = sys.argv[3], int(sys.argv[4])
 dt = getattr(torch, sys.argv[5]) if len(sys.argv) > 5 else torch.bfloat16
-rows, dims = 8192, [1024, 4096, 1024]
-gen = torch.Generator().manual_seed(0)
-sets = [(torch.randn(rows, dims[0], generator=gen).to(dt).requires_grad_(),
-         torch.randn(rows, dims[-1], generator=gen).to(dt)) for _ in range(3)]
-ws = [(torch.randn(dims[i + 1], dims[i], generator=gen) * math.sqrt(2 / dims[i])).to(dt).requires_grad_()
-      for i in range(2)]
-bs = [(torch.randn(dims[i + 1], generator=gen) * 0.5).to(dt).requires_grad_() for i in range(2)]
-
-
-def eager(x):
-    return torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(x, ws[0], bs[0])), ws[1], bs[1])
-
-
+sets, ws, bs, eager = case(dt)
 fn = {"hyp": lambda x: torch.ops.hypatia.fused_mlp(x, ws, bs, False), "eager": eager}[mode]
 times, faults = [], []
 for i in range(2 + calls):
