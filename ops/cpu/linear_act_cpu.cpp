@@ -4,11 +4,11 @@
 // ATen's BLAS, whichever is faster here: below) and the ReLU applied to each block straight after
 // it, while the block is still in cache.
 #include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/buffer_cache.h"
 #include "ops/cpu/cpu_layer.h"
 #include "ops/cpu/f32_weight_grad.h"
 #include "ops/cpu/narrow_gemm.h"
 #include "ops/cpu/relu_bits.h"
-#include "ops/cpu/buffer_cache.h"
 #include "ops/cpu/row_blocks.h"
 
 #include "ops/checks.h"
@@ -783,7 +783,8 @@ at::Tensor fused_linear_relu_cpu(const at::Tensor& input, const at::Tensor& weig
 std::vector<at::Tensor> fused_mlp_forward_cpu(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   // The hidden outputs live from this forward to the backward: the next call's take their memory again.
-  return run_mlp_with(linear_act_cpu_out, input, weights, biases, relu_last, /*keep_hidden=*/true, empty_from_buffer_cache);
+  return run_mlp_with(linear_act_cpu_out, input, weights, biases, relu_last, /*keep_hidden=*/true,
+                      empty_from_buffer_cache);
 }
 
 }  // namespace hypatia::ops

@@ -72,7 +72,8 @@ def fused_mlp(
 def cpu_buffer_cache_bytes() -> int:
     """Bytes of freed CPU blocks the library keeps for its next tensors of the same size: those of
     32 MiB or more, such as the hidden activations ``fused_mlp`` saves for its backward, at most
-    ``$HYPATIA_CPU_BUFFER_CACHE_MIB`` mebibytes (default 512, read when the library loads; 0 keeps none)."""
+    ``$HYPATIA_CPU_BUFFER_CACHE_MIB`` mebibytes (default 512, read once, when the cache is first used;
+    0 keeps none)."""
     return torch.ops.hypatia._cpu_buffer_cache_bytes.default()
 
 
