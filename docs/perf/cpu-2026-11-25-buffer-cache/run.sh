@@ -45,6 +45,6 @@ tunables() {
   done >"$dir/tunables.log"
 }
 
-for section in "${@:-turns profile tunables}"; do
-  for s in $section; do "$s"; done
-done
+sections=("$@")
+[ $# -gt 0 ] || sections=(turns profile tunables)
+for section in "${sections[@]}"; do "$section"; done
