@@ -78,6 +78,7 @@ SHAPES = {
                    (65536, 64, 64), (16384, 1024, 4096)],
         "mlp": [(65536, 64, 64, 2), (65536, 64, 64, 8), (262144, 64, 64, 2), (262144, 64, 64, 8),
                 (8192, 1024, 4096, 2), (16384, 4096, 16384, 2)],
+        "named": ["dlrm-bottom", "dlrm-top", "mlp-256x4", "mlp-512x4", "mlp-1024x3", "mlp-1024x2"],
     },
     "cpu": {
         "linear": [(256, 256, 512), (1024, 784, 2048), (4096, 1024, 4096), (65536, 64, 64)],
@@ -86,6 +87,7 @@ SHAPES = {
     },
     "quick": {
         "linear": [(256, 64, 96)],
+        "named": ["tiny-ragged"],
         "mlp": [(512, 32, 64, 3)],
         "memory_only": [(2048, 64, 256, 2)],
     },
@@ -95,6 +97,18 @@ DEFAULT_DTYPES = {
     "cpu": {"linear": ["float32", "bfloat16"], "mlp": ["float32", "bfloat16"]},
 }
 NARROW = 64  # fp16 MLP rows only for the narrow (D = H = 64) MLPs
+# Named MLPs of medium width (issue 39): rows, every layer's width (input first), ReLU after the last.
+# DLRM's bottom MLP reads its 13 dense features unpadded; its top MLP ends in one logit.
+NAMED_MLPS = {
+    "dlrm-bottom": (65536, (13, 512, 256, 64), True),
+    "dlrm-top": (65536, (512, 1024, 1024, 512, 256, 1), False),
+    "mlp-256x4": (65536, (256,) * 5, False),
+    "mlp-512x4": (32768, (512,) * 5, False),
+    "mlp-1024x3": (16384, (1024,) * 4, False),
+    "mlp-1024x2": (8192, (1024,) * 3, False),
+    "tiny-ragged": (300, (13, 48, 40, 1), True),  # --quick's stand-in: odd widths, relu_last
+}
+NAMED_DTYPES = {"cuda": ["bfloat16", "float16"], "cpu": []}
 MODES = ("fwd", "fwd+bwd")
 HYPATIA = "hypatia"
 FWD_SAMPLE_ROWS = 4096  # forward rows are independent: check a spread of them against float64
@@ -109,23 +123,35 @@ class Case:
     layers: int
     dtype: str  # key of DTYPES
     memory_only: bool = False
+    name: str = ""  # a NAMED_MLPS row: its widths come from there
+
+    @classmethod
+    def named(cls, name: str, dtype: str) -> "Case":
+        M, widths, _ = NAMED_MLPS[name]
+        return cls("mlp", M, widths[0], max(widths[1:-1], default=widths[-1]), len(widths) - 1, dtype, name=name)
 
     @property
     def relu_last(self) -> bool:
-        return self.op == "linear_relu"
+        return self.op == "linear_relu" or (bool(self.name) and NAMED_MLPS[self.name][2])
 
     @property
     def dims(self) -> list[int]:
+        if self.name:
+            return list(NAMED_MLPS[self.name][1])
         if self.op == "linear_relu":
             return [self.K, self.N]
         return [self.K] + [self.N] * (self.layers - 1) + [self.K]
 
     def shape(self) -> dict:
+        if self.name:
+            return {"M": self.M, "widths": tuple(self.dims), "relu_last": self.relu_last}
         if self.op == "linear_relu":
             return {"M": self.M, "K": self.K, "N": self.N}
         return {"M": self.M, "D": self.K, "H": self.N, "layers": self.layers}
 
     def label(self) -> str:
+        if self.name:
+            return self.name
         if self.op == "linear_relu":
             return f"{self.M}x{self.K}->{self.N}"
         return f"{self.M}x{self.K}-{self.N}x{self.layers}L"
@@ -168,8 +194,8 @@ def hypatia_fn(case: Case):
     if case.op == "linear_relu":
         op = torch.ops.hypatia.fused_linear_relu.default
         return lambda x, ws, bs: op(x, ws[0], bs[0])
-    op = torch.ops.hypatia.fused_mlp.default
-    return lambda x, ws, bs: op(x, ws, bs, False)
+    op, relu_last = torch.ops.hypatia.fused_mlp.default, case.relu_last
+    return lambda x, ws, bs: op(x, ws, bs, relu_last)
 
 
 def addmm_act_fn(case: Case):
@@ -969,6 +995,13 @@ def build_cases(args) -> list[Case]:
                 if args.match and not re.search(args.match, f"{op} {case.label()} {dtype}"):
                     continue
                 cases.append(case)
+    if args.only in (None, "mlp"):
+        for name in shapes.get("named", []):
+            for dtype in ["float32"] if args.quick else NAMED_DTYPES[args.device]:
+                case = Case.named(name, dtype)
+                if (not args.dtypes or dtype in args.dtypes) and (
+                        not args.match or re.search(args.match, f"mlp {case.label()} {dtype}")):
+                    cases.append(case)
     if args.device == "cpu" and args.only in (None, "mlp") and (not args.dtypes or "float32" in args.dtypes):
         cases += [Case("mlp", M, D, H, layers, "float32", memory_only=True) for M, D, H, layers in shapes["memory_only"]]
     return cases

@@ -39,7 +39,7 @@ def eager_forward(args, x, ws, bs):
         h = x
         for i, (w, b) in enumerate(zip(ws, bs)):
             h = torch.nn.functional.linear(h, w, b)
-            h = torch.relu(h) if i + 1 < len(ws) or args.op == "linear_relu" else h
+            h = torch.relu(h) if i + 1 < len(ws) or args.op == "linear_relu" or args.relu_last else h
         return h
 
     return eager
@@ -59,10 +59,11 @@ def host_breakdown(args, forward, x, ws, bs, gout):
     params = [x] + ws + bs
     with torch.no_grad():
         if args.op == "mlp":
-            saved = torch.ops.hypatia._fused_mlp_forward.default(x, ws, bs, False)[:-1]
+            saved = torch.ops.hypatia._fused_mlp_forward.default(x, ws, bs, args.relu_last)
+            saved = saved if args.relu_last else saved[:-1]
             has_bias = [True] * len(ws)
             backward = lambda: torch.ops.hypatia._fused_mlp_backward.default(  # noqa: E731
-                gout, x, ws, saved, has_bias, False, True, True)
+                gout, x, ws, saved, has_bias, args.relu_last, True, True)
         else:
             _, mask = torch.ops.hypatia._fused_linear_relu_masked.default(x, ws[0], bs[0])
             backward = lambda: torch.ops.hypatia._fused_linear_relu_backward.default(  # noqa: E731
@@ -84,6 +85,7 @@ def main():
     p.add_argument("--widths", default="64,64,64", help="in_features, then each layer's out_features")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--op", default="mlp", choices=["mlp", "linear_relu"])
+    p.add_argument("--relu-last", action="store_true", help="mlp: a ReLU after the last layer too")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--host", action="store_true",
                    help="also: host time per call of hypatia, eager and (linear_relu) _addmm_activation, forward "
@@ -99,7 +101,7 @@ def main():
     bs = [(torch.randn(n, device="cuda") / 2).to(dtype).requires_grad_() for n in widths[1:]]
     gout = torch.randn(args.rows, widths[-1], device="cuda").to(dtype)
     if args.op == "mlp":
-        forward = lambda: hypatia_ops.fused_mlp(x, ws, bs)  # noqa: E731
+        forward = lambda: hypatia_ops.fused_mlp(x, ws, bs, args.relu_last)  # noqa: E731
     else:
         forward = lambda: hypatia_ops.fused_linear_relu(x, ws[0], bs[0])  # noqa: E731
 

@@ -59,6 +59,18 @@ def test_rows_cover_ops_modes_and_competitors(results):
         assert set(row["calls_per_rep"].values()) == {1}  # the CPU times each call on its own
 
 
+def test_named_mlp_row(results):
+    """A named MLP (issue 39's rows): its own widths, ReLU after the last layer, flops from them."""
+    rows = json.loads((results / "results.json").read_text())["rows"]
+    named = [r for r in rows if r["label"] == "tiny-ragged"]
+    assert {r["mode"] for r in named} == {"fwd", "fwd+bwd"}
+    for row in named:
+        assert row["shape"] == {"M": 300, "widths": [13, 48, 40, 1], "relu_last": True}
+        fwd_flops = 2 * 300 * (13 * 48 + 48 * 40 + 40 * 1)
+        assert row["flops"] == fwd_flops * (3 if row["mode"] == "fwd+bwd" else 1)
+        assert row["relerr"]["hypatia"] <= row["tolerance"]
+
+
 def test_memory_only_row(results):
     rows = json.loads((results / "results.json").read_text())["rows"]
     (row,) = [r for r in rows if r["memory_only"]]
