@@ -24,6 +24,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full_like.h>
@@ -720,6 +721,20 @@ bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTenso
       [&] { return skinny_linear_cuda(x, w, b, relu, out); });
 }
 
+// The dot products' length k rounded up to a whole number of 16 bytes of t's elements. cuBLAS(Lt)'s
+// tensor-core kernels need rows that start 16 bytes apart; on ragged widths (DLRM's 13 dense
+// features) only its slow kernels remain. Zero columns appended to both operands (pad_k) add 0 * 0
+// terms: the products are exactly those of the unpadded problem, NaN and Inf included.
+int64_t aligned_k(int64_t k, const at::Tensor& t) {
+  const int64_t per_16_bytes = std::max<int64_t>(1, 16 / static_cast<int64_t>(t.element_size()));
+  return (k + per_16_bytes - 1) / per_16_bytes * per_16_bytes;
+}
+
+// t [rows, k0] with k - k0 zero columns appended (t itself, made dense, where k0 == k).
+at::Tensor pad_k(const at::Tensor& t, int64_t k) {
+  return k == t.size(1) ? t.contiguous() : at::constant_pad_nd(t, {0, k - t.size(1)});
+}
+
 }  // namespace
 
 void linear_act_cuda_out(
@@ -728,8 +743,11 @@ void linear_act_cuda_out(
     return;
   }
   // cuBLASLt needs dense operands and at least one term in each dot product.
-  if (x.size(1) > 0 && linear_act_lt(x.contiguous(), w.contiguous(), b ? std::optional(b->contiguous()) : b, relu, out)) {
-    return;
+  if (x.size(1) > 0) {
+    const int64_t k = aligned_k(x.size(1), x);
+    if (linear_act_lt(pad_k(x, k), pad_k(w, k), b ? std::optional(b->contiguous()) : b, relu, out)) {
+      return;
+    }
   }
   linear_act_aten(x, w, b, relu, out);
 }
@@ -737,6 +755,10 @@ void linear_act_cuda_out(
 namespace {
 
 at::Tensor input_grad_cuda(const at::Tensor& grad2d, const at::Tensor& w) {
+  const int64_t k = w.size(1), padded = aligned_k(k, w);
+  if (padded != k && grad2d.numel() > 0 && k > 0) {  // grad_input's columns too: computed padded, then cut
+    return input_grad_cuda(grad2d, pad_k(w, padded)).narrow(1, 0, k).contiguous();
+  }
   const at::Tensor g = grad2d.contiguous(), wc = w.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = wc.size(1);
   at::Tensor grad_input = at::empty({M, K}, g.options());
@@ -758,6 +780,11 @@ at::Tensor input_grad_cuda(const at::Tensor& grad2d, const at::Tensor& w) {
 }
 
 std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
+  const int64_t k = h2d.size(1), padded = aligned_k(k, h2d);
+  if (padded != k && grad2d.numel() > 0 && k > 0) {  // grad_weight's columns too: computed padded, then cut
+    auto [grad_weight, grad_bias] = weight_grads_cuda(grad2d, pad_k(h2d, padded), bias_grad);
+    return {grad_weight.narrow(1, 0, k).contiguous(), grad_bias};
+  }
   const at::Tensor g = grad2d.contiguous(), h = h2d.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = h.size(1);
   at::Tensor grad_weight = at::empty({N, K}, g.options());

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TOLERANCE, eager_mlp, rel_error, requires_cuda, training_peak_bytes
+from conftest import TOLERANCE, eager_mlp, make_mlp, rel_error, requires_cuda, training_peak_bytes
 
 pytestmark = requires_cuda
 ROOT = Path(__file__).resolve().parents[2]
@@ -291,3 +291,52 @@ def test_mlp_backward_through_the_drelu_epilogue(dtype):
     for ours, eager in zip(result["ours"], result["eager"]):
         assert ours <= max(tol, 2 * eager), result
     assert result["same_nans"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("k", [1, 13, 100])
+def test_ragged_in_features_match_eager(dtype, k):
+    # in_features whose rows are not a whole number of 16 bytes (DLRM's 13 dense features; 100 in
+    # half precision): the GEMMs run on operands padded with zero columns. Forward and every gradient
+    # as eager's in float64, a NaN in the input kept; a bias on one layer, a ragged hidden width (100).
+    torch.manual_seed(k)
+    ws, bs = make_mlp([k, 100, 24], torch.float64, "mixed", device="cpu")
+    ref_leaves = [torch.randn(300, k, dtype=torch.float64), ws[0], ws[1], bs[0]]
+    ref_leaves = [t.to(dtype).double().requires_grad_() for t in ref_leaves]
+    leaves = [t.detach().to(dtype).cuda().requires_grad_() for t in ref_leaves]
+    gout = torch.randn(300, 24, dtype=torch.float64).to(dtype)
+    ref = eager_mlp(ref_leaves[0], ref_leaves[1:3], [ref_leaves[3], None], True)
+    out = torch.ops.hypatia.fused_mlp(leaves[0], leaves[1:3], [leaves[3], None], True)
+    assert rel_error(out, ref) < TOLERANCE[dtype]
+    grads = torch.autograd.grad(out, leaves, gout.cuda())
+    ref_grads = torch.autograd.grad(ref, ref_leaves, gout.double())
+    for grad, ref_grad in zip(grads, ref_grads):
+        assert rel_error(grad, ref_grad) < 10 * TOLERANCE[dtype]
+    single = torch.ops.hypatia.fused_linear_relu(leaves[0], leaves[1], leaves[3])
+    assert rel_error(single, F.relu(F.linear(*ref_leaves[:2], ref_leaves[3]))) < TOLERANCE[dtype]
+    with torch.no_grad():
+        x = leaves[0].clone()
+        x[7, 0] = float("nan")
+        out = torch.ops.hypatia.fused_mlp(x, leaves[1:3], [leaves[3], None], True)
+    assert out[7].isnan().all() and not out[torch.arange(300, device="cuda") != 7].isnan().any()
+
+
+def test_ragged_in_features_run_padded_gemms():
+    # HYPATIA_CUBLASLT_LOG=1 names each tuned problem "m x n x k": with 13 bf16 input features the
+    # forward, input-gradient and weight-gradient GEMMs run 16 wide, not 13.
+    code = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1]); import hypatia_ops\n"
+        "x = torch.randn(96, 13, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+        "w = torch.randn(64, 13, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+        "b = torch.randn(64, device='cuda', dtype=torch.bfloat16, requires_grad=True)\n"
+        "hypatia_ops.fused_linear_relu(x, w, b).sum().backward()\n"
+        "torch.cuda.synchronize()\n")
+    env = dict(os.environ, HYPATIA_CUBLASLT_LOG="1")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "python")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hypatia cuBLASLt ")]
+    for problem in ("64x96x16 TN BFloat16 epilogue RELU_BIAS", "16x96x64 NN BFloat16 epilogue none",
+                    "16x64x96 NT BFloat16 epilogue BGRADB"):
+        assert sum(problem in line for line in lines) == 1, (problem, lines)
+    assert not any("x13 " in line or "13x" in line for line in lines), lines
