@@ -5,7 +5,8 @@
 # fits the device tool's 10 minutes a call: on a fresh H100 machine build + tests took ~10 min);
 # tests: build (if not done) and run the whole suite, then the bundled models end to end on CUDA
 # (scripts/bench_models.sh); bench: scripts/bench_ops.py --device cuda; all (default): both.
-# multi (a machine with two GPUs): build, then the tests that run on cuda:1 while cuda:0 is current.
+# multi (a machine with two GPUs): build, then the tests that run on cuda:1 while cuda:0 is current, the
+# data-parallel training test on both GPUs (NCCL) and its throughput on one GPU and on two.
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
 # Logs and results go to $OUT (the device tool's folder) or docs/perf/latest; commit them
 # under docs/perf/ with the date.
@@ -52,9 +53,16 @@ fi
 if [ "$phase" = multi ]; then
   log="$out/gpu_multi.log"
   header "Hypatia Ops two-GPU check" >"$log"
-  (cd "$root" && python3 -m pytest -q -rs tests/python -k "cuda1 or non_default_device or mixed_devices or run_errors" 2>&1) \
+  (cd "$root" && python3 -m pytest -q -rs tests/python -k "cuda1 or non_default_device or mixed_devices or run_errors or ddp" 2>&1) \
     | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # The data-parallel training step's throughput, fused against unfused, on one GPU and on two.
+  for n in 1 2; do
+    python3 -m torch.distributed.run --standalone --nproc-per-node "$n" "$root/scripts/ddp_train.py" --device cuda \
+      --dtype bfloat16 --bench --steps 20 --widths 1024,4096,4096,1024 --batch 8192 --json "$out/ddp_bench_${n}gpu.json" 2>&1 \
+      | grep -E "^ddp bench|Error" | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
 fi
 
 if [ "$phase" = all ] || [ "$phase" = bench ]; then
