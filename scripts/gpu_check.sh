@@ -53,9 +53,13 @@ fi
 if [ "$phase" = multi ]; then
   log="$out/gpu_multi.log"
   header "Hypatia Ops two-GPU check" >"$log"
-  (cd "$root" && python3 -m pytest -q -rs tests/python -k "cuda1 or non_default_device or mixed_devices or run_errors or ddp" 2>&1) \
-    | tee -a "$log"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # Every device-parametrized test on cuda:1 while cuda:0 is current (ids *cuda1), then the reverse (*cuda0).
+  for current in 0 1; do
+    echo "== current GPU: cuda:$current" | tee -a "$log"
+    (cd "$root" && HYPATIA_TEST_CURRENT_GPU=$current python3 -m pytest -q -rs tests/python \
+      -k "cuda1 or cuda0 or non_default_device or mixed_devices or run_errors or ddp" 2>&1) | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
   # The data-parallel training step's throughput, fused against unfused, on one GPU and on two.
   for n in 1 2; do
     python3 -m torch.distributed.run --standalone --nproc-per-node "$n" "$root/scripts/ddp_train.py" --device cuda \

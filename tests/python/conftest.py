@@ -11,9 +11,13 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
 
-# With two GPUs, every test taking `device` also runs on cuda:1 while cuda:0 stays current: the ops'
-# device guards, per-device streams and caches (test ids: cpu, cuda, cuda1).
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["cuda:1"] if torch.cuda.device_count() > 1 else [])
+# With two GPUs, every test taking `device` also runs on the GPU that is not current: the ops' device
+# guards, per-device streams and caches (test ids: cpu, cuda, cuda1). HYPATIA_TEST_CURRENT_GPU=1 makes
+# cuda:1 the current GPU for the whole run, and cuda:0 the other one (ids: cpu, cuda, cuda0).
+if torch.cuda.device_count() > 1 and os.environ.get("HYPATIA_TEST_CURRENT_GPU"):
+    torch.cuda.set_device(int(os.environ["HYPATIA_TEST_CURRENT_GPU"]))
+OTHER_GPU = f"cuda:{1 - torch.cuda.current_device()}" if torch.cuda.device_count() > 1 else None
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + ([OTHER_GPU] if OTHER_GPU else [])
 
 
 def pytest_generate_tests(metafunc):

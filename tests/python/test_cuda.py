@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TOLERANCE, eager_mlp, make_mlp, rel_error, requires_cuda, training_peak_bytes
+from conftest import OTHER_GPU, TOLERANCE, eager_mlp, make_mlp, rel_error, requires_cuda, training_peak_bytes
 
 pytestmark = requires_cuda
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,9 +185,9 @@ def test_tf32_setting_is_honoured():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_non_default_device():
-    x, w, b = torch.randn(64, 32, device="cuda:1"), torch.randn(16, 32, device="cuda:1"), torch.randn(16, device="cuda:1")
+    x, w, b = (torch.randn(*shape, device=OTHER_GPU) for shape in [(64, 32), (16, 32), (16,)])
     out = torch.ops.hypatia.fused_linear_relu(x, w, b)
-    assert out.device == torch.device("cuda:1") and rel_error(out, reference(x, w, b)) < 1e-5
+    assert out.device == torch.device(OTHER_GPU) and rel_error(out, reference(x, w, b)) < 1e-5
 
 
 

@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+from conftest import OTHER_GPU
+
 flr = torch.ops.hypatia.fused_linear_relu
 mlp = torch.ops.hypatia.fused_mlp
 
@@ -55,15 +57,18 @@ def test_errors_on_meta_tensors():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_mixed_devices():
-    with pytest.raises(RuntimeError, match="weight must be on the input's device cuda:0, but is on cpu"):
+    current = f"cuda:{torch.cuda.current_device()}"
+    with pytest.raises(RuntimeError, match=f"weight must be on the input's device {current}, but is on cpu"):
         flr(t(2, 4, device="cuda"), t(5, 4))
     with pytest.raises(RuntimeError, match="bias must be on the input's device"):
         flr(t(2, 4, device="cuda"), t(5, 4, device="cuda"), t(5))
     with pytest.raises(RuntimeError, match=r"weights\[1\] must be on the input's device"):
         mlp(t(2, 4, device="cuda"), [t(5, 4, device="cuda"), t(3, 5)], [None, None])
-    if torch.cuda.device_count() > 1:
-        with pytest.raises(RuntimeError, match="weight must be on the input's device cuda:1, but is on cuda:0"):
-            flr(t(2, 4, device="cuda:1"), t(5, 4, device="cuda:0"))
+    if OTHER_GPU:
+        with pytest.raises(RuntimeError, match=f"weight must be on the input's device {OTHER_GPU}, but is on {current}"):
+            flr(t(2, 4, device=OTHER_GPU), t(5, 4, device=current))
+        with pytest.raises(RuntimeError, match=rf"weights\[0\] must be on the input's device {current}, but is on {OTHER_GPU}"):
+            mlp(t(2, 4, device=current), [t(5, 4, device=OTHER_GPU)], [None])
 
 
 def test_private_ops_run_on_inputs_that_require_grad_and_refuse_backward(device):
