@@ -118,6 +118,37 @@ def test_concurrent_threads_get_correct_results():
     assert len(errors) == 80 and max(errors) < 1e-5
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_autotuner_on_both_gpus_at_once():
+    # Threads on each GPU make the first calls of the same new shapes at the same moment: the tuned
+    # choices are kept per device (the key holds the device), each GPU's on its own stream; forward
+    # and backward of both ops, against float64.
+    errors, barrier = [], threading.Barrier(4)
+
+    def worker(device):
+        torch.cuda.set_device(device)
+        with torch.cuda.stream(torch.cuda.Stream(device)):
+            x = torch.randn(777, 96, device=device, requires_grad=True)
+            ws = [torch.randn(160, 96, device=device, requires_grad=True), torch.randn(48, 160, device=device)]
+            barrier.wait()
+            out = torch.ops.hypatia.fused_mlp(x, ws, [None, None], False)
+            (gx,) = torch.autograd.grad(out.sum(), x)
+            single = torch.ops.hypatia.fused_linear_relu(x, ws[0])
+            torch.cuda.current_stream(device).synchronize()
+        xd, w0, w1 = (t.detach().double() for t in (x, *ws))
+        xd.requires_grad_()
+        ref = F.linear(F.relu(F.linear(xd, w0)), w1)
+        (gref,) = torch.autograd.grad(ref.sum(), xd)
+        errors.append((rel_error(out, ref), rel_error(gx, gref), rel_error(single, F.relu(F.linear(xd, w0)))))
+
+    threads = [threading.Thread(target=worker, args=(f"cuda:{i % 2}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 4 and max(max(e) for e in errors) < 1e-5, errors
+
+
 def test_concurrent_threads_train_narrow_mlps():
     # The narrow MLP's forward, backward and wgrad kernels from several threads at once, each on its
     # own stream, against the same steps run one at a time beforehand (the weight gradients' float
