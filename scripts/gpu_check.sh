@@ -57,7 +57,7 @@ if [ "$phase" = multi ]; then
   for current in 0 1; do
     echo "== current GPU: cuda:$current" | tee -a "$log"
     (cd "$root" && HYPATIA_TEST_CURRENT_GPU=$current python3 -m pytest -q -rs tests/python \
-      -k "cuda1 or cuda0 or non_default_device or mixed_devices or run_errors or ddp" 2>&1) | tee -a "$log"
+      -k "cuda1 or cuda0 or non_default_device or mixed_devices or both_gpus or run_errors or ddp" 2>&1) | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
   # The data-parallel training step's throughput, fused against unfused, on one GPU and on two.
