@@ -374,7 +374,7 @@ def warm_up(call, n_sets: int, device: str, budget: Budget, per_call_s: float | 
 # CUDA: events go around bursts of back-to-back calls that last about this long, not around each
 # call. Recording an event pair costs the host time, which a call bound by its own host time would
 # be charged on top of it: on the lent H100, per-call events timed the narrow 2-layer MLP forward
-# 12-26 us a call slower than bursts (docs/perf/2026-11-24-h100-caba26f/burst_ab.log).
+# 12-26 us a call slower than bursts (docs/perf/experiments.md#cuda-events-around-bursts).
 BURST_S = 5e-4
 MAX_BURST = 64
 
@@ -426,7 +426,8 @@ ROUNDS = 5
 
 # Most samples of a competitor in a full run. On the CPU short rows take up to this many single
 # calls (about 0.5 s of them): with 30, the 0.4 ms linear 256x256->512 float32 forward at 2 threads
-# ran 0.952-1.186x eager over 5 runs; with 400, 1.052-1.059x (docs/perf/cpu-2026-11-25-bench-samples/).
+# ran 0.952-1.186x eager over 5 runs; with 400, 1.052-1.059x
+# (docs/perf/experiments.md#cpu-samples-per-competitor).
 CPU_MAX_SAMPLES = 400
 CUDA_MAX_SAMPLES = 100
 
@@ -946,7 +947,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--quick", action="store_true", help="tiny shapes, few reps, first thread count only: a smoke run")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "perf" / "latest")
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "bench",
+                   help="output folder (default build/bench; bench_cpu.sh and gpu_check.sh pass docs/perf/cpu, h100)")
     p.add_argument("--threads", default="1,2", help="CPU intra-op thread counts, comma-separated (default 1,2)")
     p.add_argument("--only", choices=["linear", "mlp"])
     p.add_argument("--dtypes", help="comma-separated subset of float32,tf32,bfloat16,float16 (fp32/bf16/fp16 too)")

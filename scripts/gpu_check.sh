@@ -8,13 +8,15 @@
 # multi (a machine with two GPUs): build, then the tests that run on cuda:1 while cuda:0 is current, the
 # data-parallel training test on both GPUs (NCCL) and its throughput on one GPU and on two.
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
-# Logs and results go to $OUT (the device tool's folder) or docs/perf/latest; commit them
-# under docs/perf/ with the date.
+# Logs and results go to $OUT (the device tool's folder), else to the committed current results:
+# docs/perf/h100/ (multi: docs/perf/multi-gpu/), which they replace (docs/perf/README.md).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 phase="${1:-all}"
 shift || true
-out="${OUT:-$root/docs/perf/latest}"
+default_out="$root/docs/perf/h100"
+[ "$phase" = multi ] && default_out="$root/docs/perf/multi-gpu"
+out="${OUT:-$default_out}"
 mkdir -p "$out"
 export HYPATIA_SYSTEM_PYTHON=1 HYPATIA_BUILD_DIR="${HYPATIA_BUILD_DIR:-$root/build-gpu}" PYTHONUNBUFFERED=1
 export HYPATIA_OPS_LIBRARY="$HYPATIA_BUILD_DIR/libhypatia_ops.so"

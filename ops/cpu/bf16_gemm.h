@@ -3,8 +3,8 @@
 // runs the same vdpbf16ps instruction: out = act(x @ w.T + bias) with the bias as each fp32
 // accumulator's start and the ReLU in registers, the output written once. On a 2-core AMD EPYC it
 // ran wide layers at 90-95% of the instruction's peak against oneDNN's 78-87%
-// (docs/perf/cpu-2026-11-24-bf16-gemm/); narrow ones gain from the fused bias and ReLU
-// (docs/perf/cpu-2026-11-24-avx512-bf16-kernel/), their GEMM alone slower than oneDNN's. Operands
+// (docs/perf/experiments.md#cpu-bf16-gemm-at-every-width); narrow ones gain from the fused bias and ReLU
+// (docs/perf/experiments.md#narrow-bf16-avx-512-kernel), their GEMM alone slower than oneDNN's. Operands
 // are bfloat16 bits, products summed in fp32 and rounded once to bfloat16. Pure C++ on raw
 // pointers: bf16_gemm_avx512.cpp is compiled with AVX-512 flags and must share no inline code with
 // the rest of the library.
@@ -74,7 +74,7 @@ constexpr int64_t kWideGradTileCols = 64;
 
 // The weight gradient of a wide bfloat16 layer: from 4096 rows it ran at 80-90% of the
 // instruction's peak against oneDNN's GEMM (eager's) at 73-85%
-// (docs/perf/cpu-2026-11-24-bf16-weight-grad/). sums[i][j] = sum over rows r of g[r][i] h[r][j]
+// (docs/perf/experiments.md#bf16-weight-gradient-kernel). sums[i][j] = sum over rows r of g[r][i] h[r][j]
 // (i < n, j < k), in fp32 by vdpbf16ps over pairs of rows, overwriting sums (bf16_grad_padded(n)
 // rows of ld_sums >= bf16_grad_padded(k) floats; the padding gets zeros), or adding to them when
 // `accumulate`. g [rows, n] and h [rows, k] are bfloat16 bits, rows ldg / ldh apart; scratch

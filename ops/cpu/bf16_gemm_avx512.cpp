@@ -290,7 +290,7 @@ int64_t column_tiles(int64_t k) {
 
 // One packed vector (64-byte aligned), written past the caches. Each GEMM thread reads every panel,
 // the others' too; streamed, the 2-core EPYC's 1024x784->2048 forward ran 1.03-1.07x faster at 2
-// threads and 0.99-1.02x at 1 (variants.log in docs/perf/cpu-2026-11-25-bf16-forward-pack/). The
+// threads and 0.99-1.02x at 1 (docs/perf/experiments.md#bf16-weight-packing). The
 // likely cause, which this VM has no counters to show: lines left dirty in the other core's cache.
 void store_packed(uint16_t* dst, __m512i v) {
   _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), v);

@@ -1,7 +1,7 @@
 #pragma once
 // Large CPU tensors whose memory outlives them, kept for the next tensor of the same size. glibc maps
 // every allocation above 32 MiB afresh and unmaps it when freed, so each call's first writes to such
-// a tensor fault its pages in one at a time (docs/perf/cpu-2026-11-25-buffer-cache/).
+// a tensor fault its pages in one at a time (docs/perf/experiments.md#cpu-buffer-cache).
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>

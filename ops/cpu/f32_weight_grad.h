@@ -1,9 +1,9 @@
 #pragma once
 // The weight gradient g.T @ h of wide float32 layers by the library's AVX-512 kernel, for AMD CPUs,
 // where MKL's sgemm (eager's) runs AVX2 code: on a 2-core AMD EPYC (Zen 4) it ran at 80-90% of one
-// core's FMA peak against MKL's 67-83% (docs/perf/cpu-2026-11-24-f32-weight-grad/). Pure C++ on raw pointers:
-// f32_weight_grad_avx512.cpp is compiled with AVX-512 flags and must share no inline code with the
-// rest of the library.
+// core's FMA peak against MKL's 67-83% (docs/perf/experiments.md#fp32-weight-gradient-kernel).
+// Pure C++ on raw pointers: f32_weight_grad_avx512.cpp is compiled with AVX-512 flags and must share
+// no inline code with the rest of the library.
 #include <cstdint>
 
 namespace hypatia::ops {

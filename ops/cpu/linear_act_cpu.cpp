@@ -54,7 +54,7 @@ constexpr int64_t kMinOnednnMacs = int64_t(1) << 27;
 // measured from 256x256->512 to 1024x4096->1024, 1.07-1.27x with the weight packed (0.99-1.21x
 // dense; fused_mlp 8192x1024-4096 float32 forward: 1.07-1.09x eager by MKL blocks, 1.22-1.27x by
 // oneDNN's); on the GPU machine's Xeon it gained nothing consistent (0.84-1.19x MKL).
-// docs/perf/cpu-2026-11-24-onednn-blocks/ has the logs.
+// docs/perf/experiments.md#onednn-for-row-blocks has the numbers.
 bool onednn_float32_blocks() {
 #if defined(__x86_64__)
   static const bool amd_avx512 = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512f");
@@ -140,7 +140,7 @@ at::Tensor weight_grad_from_sums(const at::Tensor& sums, int64_t n, int64_t k, a
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
 // Whether a bfloat16 layer of n x k features over `rows` rows runs the library's kernel: where the
 // CPU has it and the rows pay for packing the weight on every call. On the EPYC
-// (docs/perf/cpu-2026-11-24-bf16-gemm/rows.log) a weight that fits in L2 paid from 8 rows
+// (docs/perf/experiments.md#cpu-bf16-gemm-at-every-width) a weight that fits in L2 paid from 8 rows
 // (256x256->512: 1.42x / 1.06x eager at 1 / 2 threads); larger ones (packing 8 MiB: 1.0-1.4 ms)
 // ran 0.53-0.92x eager up to 128 rows, 0.97-1.29x at 512 and 1.05-1.28x at 2048.
 constexpr int64_t kBf16GemmSmallWeight = int64_t(1) << 18;  // elements: 512 KiB
@@ -198,7 +198,7 @@ void run_bf16_relu_input_grad(const at::Tensor& grad2d, const at::Tensor& packed
 
 // Whether cpu_input_grad takes the library's bfloat16 kernel for grad2d @ w: on the EPYC it ran
 // 1.00-1.12x oneDNN's mm from 2048x784 weights up, but 0.44-0.99x up to 512x256, where the forward
-// gains from its epilogue alone (docs/perf/cpu-2026-11-24-bf16-gemm/input_grad.log).
+// gains from its epilogue alone (docs/perf/experiments.md#cpu-bf16-gemm-at-every-width).
 bool bf16_input_grad_pays(const at::Tensor& grad2d, const at::Tensor& w) {
   return grad2d.scalar_type() == at::kBFloat16 && w.size(0) * w.size(1) >= kMinBf16InputGradWeight &&
       bf16_gemm_pays(grad2d.size(0), w.size(1), w.size(0));
@@ -240,8 +240,8 @@ std::pair<at::Tensor, at::Tensor> narrow_weight_grads_bf16(
 #endif
 
 // Where cpu_weight_grads takes the library's kernels for wide layers, measured on the EPYC: float32
-// against MKL's mm (docs/perf/cpu-2026-11-24-f32-weight-grad/); bfloat16 against oneDNN's
-// (docs/perf/cpu-2026-11-24-bf16-weight-grad/), where from 4096 rows it ran 1.02-1.11x oneDNN's mm
+// against MKL's mm (docs/perf/experiments.md#fp32-weight-gradient-kernel); bfloat16 against oneDNN's
+// (docs/perf/experiments.md#bf16-weight-gradient-kernel), where from 4096 rows it ran 1.02-1.11x oneDNN's mm
 // alone and at 1024 rows, packing both operands, within the noise of it.
 constexpr int64_t kMinWideWeightGradElements = int64_t(1) << 20;
 constexpr int64_t kMinF32WeightGradRows = 1024;
@@ -343,7 +343,7 @@ bool narrow_gemm_supported() {
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
 // Not where oneDNN's bfloat16 GEMM runs AMX tiles: on the GPU machine's Xeon this kernel took 9.0 ms
 // for the 65536x64->64 training forward that eager's oneDNN GEMM, ReLU and copy did in 5.0
-// (docs/perf/cpu-2026-11-24-mask-avx512/profile-xeon.log).
+// (docs/perf/experiments.md#avx-512-mask-passes-and-row-blocks).
 bool bf16_gemm_supported() {
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
@@ -412,8 +412,8 @@ CpuLayer prepare_cpu_layer(
 
 at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
   // On the AMD EPYC, 8192-row gradients by [4096, 1024] and [1024, 4096] weights: 1.07-1.18x MKL's
-  // mm, with the copy of w.T (backward_gemms.log in docs/perf/cpu-2026-11-24-onednn-blocks/); but
-  // fused_linear_relu 256x256->512 forward+backward lost 3-10% with it (dgrad_ab_small.log), so only
+  // mm, with the copy of w.T (docs/perf/experiments.md#onednn-input-gradient); but
+  // fused_linear_relu 256x256->512 forward+backward lost 3-10% with it (the same entry), so only
   // compute-bound ones. Not over zero out-features, where oneDNN has no inner product.
   const int64_t macs = grad2d.size(0) * w.size(0) * w.size(1);
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
@@ -489,7 +489,7 @@ const WideBackwardKernels kBf16WideBackward{
 // gradient; 512-row chunks (8 MiB of hidden gradient at 4096 wide, as the bfloat16 ones). On the
 // EPYC, fused_mlp 8192x1024-4096's backward ran 1.01-1.03x faster so than by the per-layer backward,
 // whose input gradients write fresh 32-128 MiB tensors; forward+backward 1.02-1.03x at 1 thread,
-// 1.00-1.01x at 2 (docs/perf/cpu-2026-11-25-f32-chunks/).
+// 1.00-1.01x at 2 (docs/perf/experiments.md#fp32-mlp-backward-in-row-chunks).
 const WideBackwardKernels kF32WideBackward{
     512,
     [](const at::Tensor& w, int64_t chunk_rows) { return onednn_packed_weight(w.t(), chunk_rows); },

@@ -3,9 +3,9 @@
 // register-tiled AVX2/FMA kernel: the bias is each accumulator's start and the ReLU is applied in
 // registers, so a row block's output is written once and the x rows are read in place, where BLAS
 // packs them first and the bias and ReLU take passes of their own (the difference is measured by
-// docs/perf/cpu-2026-11-23-edf0600/narrow-ab.py). Pure C++ on raw pointers: narrow_gemm_avx2.cpp is compiled
-// with -mavx2 -mfma and must share no inline code with the rest of the library, which runs on CPUs
-// without them.
+// docs/perf/experiments.md#narrow-fp32-avx2-kernel). Pure C++ on raw pointers:
+// narrow_gemm_avx2.cpp is compiled with -mavx2 -mfma and must share no inline code with the rest of
+// the library, which runs on CPUs without them.
 #include <cstdint>
 
 namespace hypatia::ops {

@@ -254,7 +254,7 @@ constexpr float kMinTimingMs = 0.1f;
 // there the picks' variants join the search, and every contender is timed again in steady state,
 // as a busy GPU runs it. After idle the GPU clocks higher than under sustained load, and kernels
 // rank differently: the heuristic's 8th pick, fastest after idle at 8192x4096->4096 fp16, ran 3%
-// slower than its 1st in steady state (docs/perf/2026-11-24-h100-lt-search/).
+// slower than its 1st in steady state (docs/perf/experiments.md#cublaslt-variant-search).
 constexpr float kWideSearchMs = 0.05f;
 // Steady state: the fastest contender runs this long first; then every contender one burst of at
 // least kFirstPassMs; then the kFinalists fastest kFinalRounds bursts each, interleaved, of at
@@ -328,7 +328,7 @@ cublasComputeType_t compute_type(at::ScalarType dtype) {
 }
 
 // The cluster shapes a variant may take: powers of two up to 4 x 4 CTAs, and cuBLASLt's own choice.
-// Every variant in the finals of docs/perf/2026-11-24-h100-lt-search/ had one of these; the other
+// Every variant in the finals of docs/perf/experiments.md#cublaslt-variant-search had one of these; the other
 // 42 shapes (odd sizes, 8 and 16 CTAs long) would have it check five times as many configurations.
 constexpr uint16_t kClusterShapes[] = {
     CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
@@ -428,7 +428,7 @@ class LtPlan {
   // Each pick with every cluster shape (of kClusterShapes), CTA swizzling and custom option that
   // cuBLASLt accepts for this problem and workspace: the heuristic offers one of each per kernel,
   // and on the H100 other ones ran up to 1.29x faster than its first pick (16384x1024->4096 fp16
-  // forward; docs/perf/2026-11-24-h100-lt-search/). The picks themselves are left out.
+  // forward; docs/perf/experiments.md#cublaslt-variant-search). The picks themselves are left out.
   std::vector<cublasLtMatmulAlgo_t> variants(const std::vector<cublasLtMatmulAlgo_t>& picks) const {
     std::vector<cublasLtMatmulAlgo_t> found;
     auto known = [&](const cublasLtMatmulAlgo_t& algo) {

@@ -312,7 +312,7 @@ __device__ __forceinline__ void store_tile(
 
 // kUniform: every layer is kW wide. The widths are then compile-time constants: the fragment loops
 // run unpredicated, and the compiler interleaves their shared-memory loads with the mmas (the
-// H100's kernel times: docs/perf/2026-11-24-h100-uniform-widths/).
+// H100's kernel times: docs/perf/experiments.md#narrow-kernels-with-compile-time-widths).
 template <typename T, int kW, int kMT, bool kUniform>
 __global__ void __launch_bounds__(kThreads) narrow_mlp_forward_kernel(const __grid_constant__ ForwardParams p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // bf16 mma and cp.async need sm_80; the host never launches below
@@ -464,7 +464,7 @@ __device__ __forceinline__ void dgrad_layer(Frags<kW, kMT>& a, const T* w, int l
 // through the warp's two tile buffers: `in` (tiles that cp.async brings, each streaming in during
 // the mmas before its use) and `stage` (fragments on their way out). A second load buffer, to load
 // further ahead, measured slower on the H100: it costs the 8-layer kernel its second CTA per SM
-// (docs/perf/2026-11-23-h100-fused-wgrad/ab-ring.log). The warps of a CTA take kWarps consecutive
+// (docs/perf/experiments.md#narrow-mlp-weight-gradients-on-chip). The warps of a CTA take kWarps consecutive
 // tiles (a chunk) together: a layer's weight gradient is summed over all of them at once, from
 // every warp's `stage` (G, the layer's masked output gradient) and `in` (H, its input).
 // kUniform as in the forward. Two CTAs per SM where kW is 64: the interleaved loads and mmas of the
@@ -999,7 +999,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
   if (params_grad) {
     // Summing a layer's weight gradient here costs two CTA-wide barriers per chunk, which only a
     // second CTA on the SM hides: with one, the wgrad kernel is faster (8 layers of 64, 128 wide;
-    // docs/perf/2026-11-23-h100-fused-wgrad/). So layers are summed here while two CTAs still fit.
+    // docs/perf/experiments.md#narrow-mlp-weight-gradients-on-chip). So layers are summed here while
+    // two CTAs still fit.
     constexpr int64_t kStaticSmem = 128;  // the kernel's own __shared__ flag, with room to spare
     const int64_t base = int64_t(offset + 127) / 128 * 128 + buffer_bytes + kStaticSmem;
     if (blocks_per_sm(backward_kernel, kThreads, device, size_t(base)) >= 2) {

@@ -2,7 +2,7 @@
 // eager's ReLU backward on the saved ReLU output (threshold_backward at 0) and the gradient's sums
 // over its rows (the bias gradient). ATen runs these as two kernels, and its sum over the rows of
 // a tall, narrow matrix moved a quarter of the copy bandwidth on the H100: 90 us for 262144 x 64
-// float32 (docs/perf/2026-11-24-h100-fp32-mlp/).
+// float32 (docs/perf/experiments.md#one-pass-relu-backward-and-bias-sums).
 #include "ops/fused_ops.h"
 
 #include <ATen/AccumulateType.h>

@@ -4,7 +4,7 @@
 // RELU_AUX_BIAS epilogue, which writes such bits from the GEMM itself, was measured and not used:
 // on the H100 (cuBLAS 13, bf16/fp16) it cleared the bit of NaN outputs and disagreed with the
 // rounded output on values near 0, and it ran ~7% slower than the RELU_BIAS GEMM that this pack
-// follows (docs/perf/README.md).
+// follows (docs/perf/experiments.md#relu-aux-bias-epilogue).
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"

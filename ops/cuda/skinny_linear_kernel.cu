@@ -8,9 +8,9 @@
 // ReLU, as eager's addmm + relu do. bf16/fp16 multiply on tensor cores (mma.sync, fp32
 // accumulators); float32 on the CUDA cores in full precision, which is what eager computes with
 // TF32 off and more than it owes with TF32 on. linear_act_cuda.cpp times it against cuBLASLt's
-// candidates and ATen on each problem (docs/perf/ says where it wins). The input gradient of few
+// candidates and ATen on each problem (docs/perf/README.md says where it wins). The input gradient of few
 // rows stays with cuBLAS: this kernel reading w transposed only tied ATen's mm there
-// (docs/perf/2026-11-24-h100-dgrad/).
+// (docs/perf/experiments.md#skinny-kernel-for-the-input-gradient).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
 #include "ops/cuda/mma_primitives.cuh"

@@ -192,7 +192,7 @@ def test_cpu_row_blocks_share_a_packed_onednn_weight(dtype):
     own kernel, packing its own weight, does not run). NaN and Inf rows
     in a later block come out where float64 has them. On CPUs with AMX, oneDNN's bfloat16 GEMMs
     (eager's too) can also make rows just before a NaN or Inf row NaN, each layer one more, depending
-    on the thread count (docs/perf/cpu-2026-11-24-onednn-blocks/nan_diag-xeon-2.log); only there are
+    on the thread count (docs/perf/experiments.md#onednn-for-row-blocks); only there are
     such rows let through, and no others."""
     torch.manual_seed(12)
     x = torch.randn(2500, 200, dtype=torch.float64).to(dtype)
