@@ -30,6 +30,9 @@ __all__ = [
     "enable_auto_fusion",
     "cpu_buffer_cache_bytes",
     "empty_cpu_buffer_cache",
+    "last_compile_report",
+    "compile_reports",
+    "fuse_exported",
 ]
 
 _LIBRARY_NAME = "libhypatia_ops.so"
@@ -91,6 +94,7 @@ class FusionReport:
     mlp: int = 0  # hypatia::fused_mlp nodes created
     mlp_layers: int = 0  # linear layers folded into those fused_mlp nodes
     skipped: List[str] = field(default_factory=list)
+    fused: List[str] = field(default_factory=list)  # FX front ends: one line per fused node, what it replaced
 
     @classmethod
     def from_json(cls, text: str) -> "FusionReport":
@@ -139,3 +143,8 @@ def enable_auto_fusion() -> None:
     it cannot be turned off. Graphs with autodiff subgraphs (inputs that require grad) keep
     those subgraphs unfused."""
     torch.ops.hypatia._enable_auto_fusion()
+
+
+# The FX front ends: the torch.compile backend "hypatia" (registered on import) and fuse_exported.
+from .compile_backend import compile_reports, last_compile_report  # noqa: E402
+from .export import fuse_exported  # noqa: E402
