@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 
 import hypatia_ops
 from hypatia_ops import compile_backend
-from conftest import rel_error, requires_cuda
+from conftest import rel_error
 
 
 @pytest.fixture(autouse=True)
