@@ -277,20 +277,32 @@ def run_row(args, name, spec, mode, dtype, workdir, budget, profile_lines):
 
 
 def profile_row(row, calls, device) -> list[str]:
-    """torch.profiler tables (self time, top 25) of a few calls of each competitor."""
+    """Per competitor: host seconds to issue 10 calls against their wall time once the device is done
+    (a call bound by host time shows them equal), the host-device synchronisations the calls made
+    (a synchronising call cannot overlap its host time with the device's work), and the
+    torch.profiler table (self time, top 25)."""
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
     lines = []
     for comp, call in calls.items():
         for _ in range(3):
             call(0)
         bench_ops.sync(device)
+        t = time.perf_counter()
+        for _ in range(10):
+            call(0)
+        issued = time.perf_counter() - t
+        bench_ops.sync(device)
+        done = time.perf_counter() - t
         with torch.profiler.profile(activities=activities) as prof:
-            for i in range(10):
+            for _ in range(10):
                 call(0)
             bench_ops.sync(device)
+        events = prof.key_averages()
+        syncs = {e.key: e.count for e in events if "Synchronize" in e.key or "Memcpy" in e.key and "DtoH" in e.key}
         sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
         lines += [f"## {row['model']} {row['mode']} {comp} (10 calls)", "",
-                  prof.key_averages().table(sort_by=sort, row_limit=25), ""]
+                  f"host {issued * 1e2:.3f} ms a call to issue, {done * 1e2:.3f} ms a call done; synchronisations in 10 "
+                  f"calls and the final sync: {syncs or 'none'}", "", events.table(sort_by=sort, row_limit=25), ""]
     return lines
 
 
