@@ -286,16 +286,20 @@ def may_write(node: Node) -> bool:
     return name.endswith("_") or node.kwargs.get("inplace") is True or "out" in node.kwargs
 
 
-def _written_between(chain: Chain) -> Optional[Node]:
-    """A node between the chain's first and last node, not the chain's, that may write to memory:
-    the fused op runs where the chain's last node was, so it would read what that node wrote."""
+def _barrier_between(chain: Chain) -> str:
+    """Why the chain cannot become one node where its last node is: a node between its first and
+    last node that may write to memory (the fused op would read what it wrote) or that changes
+    global state, such as grad mode or autocast (the fused op would run under the other state)."""
     own = set(chain.nodes)
     node = chain.nodes[0].next
     while node is not chain.nodes[-1]:
-        if node not in own and may_write(node):
-            return node
+        if node not in own:
+            if may_write(node):
+                return f"{describe(node)} between the chain's nodes may write to its operands"
+            if node.op == "call_function" and node.is_impure():
+                return f"{describe(node)} between the chain's nodes changes global state"
         node = node.next
-    return None
+    return ""
 
 
 def find_chains(graph: Graph, mlp: bool, skipped: List[str]) -> List[Chain]:
@@ -309,8 +313,8 @@ def find_chains(graph: Graph, mlp: bool, skipped: List[str]) -> List[Chain]:
         chain, why = _build_chain(node, mlp)
         if chain is not None and any(n in taken for n in chain.nodes):
             chain = None
-        if chain is not None and (writer := _written_between(chain)) is not None:
-            why, chain = f"{describe(writer)} between the chain's nodes may write to its operands", None
+        if chain is not None and (barrier := _barrier_between(chain)):
+            why, chain = barrier, None
         if chain is not None:
             taken.update(chain.nodes)
             chains.append(chain)
