@@ -260,15 +260,13 @@ def run_row(args, name, spec, mode, dtype, workdir, budget, profile_lines):
                 bar = max(bench_ops.GRAD_TOLERANCE[dtype_key], GRAD_FLIP_BAR[dtype_key],
                           bench_ops.GRAD_VS_EAGER * row["relerr"].get("eager", 0.0))
             if not err <= bar:
-                row["status"] = f"FAIL: {comp} rel. error {err:.2e} > {bar:.1e}"
-                print(f"!!! {name} {mode}: {row['status']}", file=sys.stderr, flush=True)
+                fail(row, f"{comp} rel. error {err:.2e} > {bar:.1e}")
                 continue
             timed[comp] = (call, None)
         except Exception as e:  # a competitor that cannot run a row is recorded; hypatia's failure fails it
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             if comp in ("hypatia", "ops", "ops_compile", "aoti_fused"):
-                row["status"] = f"FAIL: {comp} raised {why}"
-                print(f"!!! {name} {mode}: {row['status']}", file=sys.stderr, flush=True)
+                fail(row, f"{comp} raised {why}")
             else:
                 row["skipped"][comp] = why
     for comp, (ms, reps, burst) in bench_ops.time_interleaved(timed, len(sets), device, budget).items():
@@ -281,6 +279,11 @@ def run_row(args, name, spec, mode, dtype, workdir, budget, profile_lines):
     if device == "cuda":
         torch.cuda.empty_cache()
     return row
+
+
+def fail(row, what):
+    row["status"] = f"FAIL: {what}" if row["status"] == "ok" else f"{row['status']}; FAIL: {what}"
+    print(f"!!! {row['model']} {row['mode']}: FAIL: {what}", file=sys.stderr, flush=True)
 
 
 def profile_row(row, calls, device) -> list[str]:
