@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 
 import hypatia_ops
 from hypatia_ops import compile_backend
-from conftest import rel_error
+from conftest import rel_error, requires_cuda
 
 
 @pytest.fixture(autouse=True)
@@ -331,3 +331,16 @@ def test_cache_key_follows_the_pass_and_library(monkeypatch, tmp_path):
         assert compile_backend.cache_tag() == compile_backend._cache_tag
         monkeypatch.setattr(compile_backend, "_cache_tag", "hypatia-changed-pass")
         assert compile_once() == (0, 1)
+
+
+@requires_cuda
+def test_cuda_graphs_mode():
+    """mode="reduce-overhead" (CUDA graphs) goes to Inductor, which captures the ops' kernels."""
+    torch.manual_seed(0)
+    model = chain(True, relu_last=True).cuda()
+    fn = compiled(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(3):  # warm-up, capture, replay
+            x = torch.randn(8, 6, device="cuda")
+            assert rel_error(fn(x), model(x)) < 1e-5
+    assert hypatia_ops.last_compile_report().mlp == 1

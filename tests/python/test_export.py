@@ -1,6 +1,8 @@
 """hypatia_ops.fuse_exported on torch.export programs: what it fuses and refuses, the fused program
 through .module() (outputs and gradients against eager), torch.export.save / load, export again,
 and an AOTInductor package of it run with torch._inductor.aoti_load_package."""
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -136,22 +138,38 @@ def test_save_load_and_export_again(tmp_path):
     assert rel_error(again.module()(x), model(x)) < 1e-6
 
 
-def aoti_round_trip(device, tmp_path):
+def aoti_package(device, directory):
+    """A model, and the AOTInductor package of its fused program (dynamic batch)."""
     model, fused = dynamic_model_and_program(device)
-    path = torch._inductor.aoti_compile_and_package(fused, package_path=str(tmp_path / "fused.pt2"))
+    path = torch._inductor.aoti_compile_and_package(fused, package_path=str(directory / "fused.pt2"))
     with zipfile.ZipFile(path) as package:  # the op is called from the package's C++ wrapper
         wrappers = [package.read(n).decode() for n in package.namelist() if n.endswith(".wrapper.json")]
     assert any('"target": "hypatia::fused_mlp"' in w for w in wrappers)
+    return model, path
+
+
+def check_runs_like_eager(model, path, device):
     runner = torch._inductor.aoti_load_package(path)
     for rows in (1, 7, 33):
         x = torch.randn(rows, 6, device=device)
         assert rel_error(runner(x), model(x)) < 1e-5
 
 
-def test_aot_inductor_package_cpu(tmp_path):
-    aoti_round_trip("cpu", tmp_path)
+@pytest.fixture(scope="module")
+def cpu_package(tmp_path_factory):
+    return aoti_package("cpu", tmp_path_factory.mktemp("aoti"))
+
+
+def test_aot_inductor_package_cpu(cpu_package):
+    check_runs_like_eager(*cpu_package, "cpu")
+
+
+def test_aot_inductor_package_needs_the_library(cpu_package):
+    script = f"import torch; torch._inductor.aoti_load_package({str(cpu_package[1])!r})"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Could not find schema for hypatia::fused_mlp" in proc.stderr
 
 
 @requires_cuda
 def test_aot_inductor_package_cuda(tmp_path):
-    aoti_round_trip("cuda", tmp_path)
+    check_runs_like_eager(*aoti_package("cuda", tmp_path), "cuda")
