@@ -289,7 +289,7 @@ def fail(row, what):
 def profile_row(row, calls, device) -> list[str]:
     """Per competitor: host seconds to issue 10 calls against their wall time once the device is done
     (a call bound by host time shows them equal), the host-device synchronisations the calls made
-    (a synchronising call cannot overlap its host time with the device's work), and the
+    and allocator calls (a synchronising call cannot overlap its host time with the device's work), and the
     torch.profiler table (self time, top 25)."""
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
     lines = []
@@ -308,7 +308,9 @@ def profile_row(row, calls, device) -> list[str]:
                 call(0)
             bench_ops.sync(device)
         events = prof.key_averages()
-        syncs = {e.key: e.count for e in events if "Synchronize" in e.key or "Memcpy" in e.key and "DtoH" in e.key}
+        # cudaMalloc / cudaFree (the caching allocator growing or giving memory back) synchronise too
+        syncs = {e.key: e.count for e in events
+                 if any(k in e.key for k in ("Synchronize", "cudaMalloc", "cudaFree")) or ("Memcpy" in e.key and "DtoH" in e.key)}
         sort = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
         lines += [f"## {row['model']} {row['mode']} {comp} (10 calls)", "",
                   f"host {issued * 1e2:.3f} ms a call to issue, {done * 1e2:.3f} ms a call done; synchronisations in 10 "
