@@ -4,7 +4,10 @@ Importing this package loads ``libhypatia_ops.so`` into PyTorch, after which the
 ``torch.ops.hypatia.fused_linear_relu`` and ``torch.ops.hypatia.fused_mlp``. ``fused_linear_relu``
 and ``fused_mlp`` here call their ``.default`` overloads, which skips the overload resolution that
 calling ``torch.ops.hypatia.<op>`` does on every call.
-``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them.
+``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them;
+``torch.compile(model, backend="hypatia")`` (registered by this import; ``last_compile_report``
+says what it fused) and ``fuse_exported`` (torch.export programs, and through them AOTInductor
+packages) rewrite models for PyTorch 2's stack (docs/compile.md).
 ``cpu_buffer_cache_bytes`` and ``empty_cpu_buffer_cache`` read and empty the cache of large CPU
 blocks that ``fused_mlp``'s training forward keeps for its next call.
 The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then beside this package, then in the

@@ -12,11 +12,18 @@ Inductor's caches (FX graph cache, AOTAutograd cache) key on the rewritten graph
 a tag of its own (a hash of this package's rewrite code and of the loaded library, whose Autograd
 kernels AOTAutograd traces) to torch.compiler.config.cache_key_tag while it compiles, so that a
 changed pass or library never reuses a graph traced through the old one.
+
+A graph left with nothing but fused ops runs without AOTAutograd and Inductor, whose per-call host
+time would be all they add (docs/compile.md). The name "hypatia" is registered when torch._dynamo
+is imported (by torch.compile), so that `import hypatia_ops` does not import it.
 """
 from __future__ import annotations
 
 import collections
 import hashlib
+import importlib.abc
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -82,4 +89,26 @@ def hypatia_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], mode: O
         return inductor(gm, example_inputs)
 
 
-torch._dynamo.register_backend(hypatia_backend, name="hypatia")
+class _RegisterWhenDynamoLoads(importlib.abc.MetaPathFinder):
+    """Registers the backend right after torch._dynamo's own import, which torch.compile makes:
+    importing torch._dynamo here would add about a second to every `import hypatia_ops`."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            module.register_backend(hypatia_backend, name="hypatia")
+
+        spec.loader.exec_module = exec_then_register
+        return spec
+
+
+if "torch._dynamo" in sys.modules:
+    torch._dynamo.register_backend(hypatia_backend, name="hypatia")
+else:
+    sys.meta_path.insert(0, _RegisterWhenDynamoLoads())

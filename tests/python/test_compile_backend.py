@@ -2,7 +2,12 @@
 ops that run), outputs and gradients against eager, dynamic shapes, autocast, Inductor options and
 Inductor's caches. Graphs left with nothing but fused ops run without Inductor (fast to compile);
 the tests that need Inductor share one compiled LayerNorm block per device."""
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +18,8 @@ from torch._dynamo.utils import counters
 import hypatia_ops
 from hypatia_ops import compile_backend
 from conftest import rel_error, requires_cuda
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +47,25 @@ def rewrite_only(gm, example_inputs):
     and that would take Inductor long to compile here (dropout's random numbers)."""
     compile_backend.rewrite(gm)
     return gm.forward
+
+
+@pytest.mark.parametrize("dynamo_first", [False, True])
+def test_import_registers_the_backend_without_loading_dynamo(dynamo_first):
+    """`import hypatia_ops` leaves torch._dynamo unloaded (a second of import time); the backend is
+    registered when torch.compile loads it, or at once where it was loaded before."""
+    script = textwrap.dedent(f"""
+        import sys, torch
+        if {dynamo_first}:
+            import torch._dynamo
+        import hypatia_ops
+        assert ("torch._dynamo" in sys.modules) == {dynamo_first}
+        fn = torch.compile(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU()), backend="hypatia")
+        fn(torch.randn(2, 3))
+        print(hypatia_ops.last_compile_report().linear_relu)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.split() == ["1"], proc.stderr[-2000:]
 
 
 RELUS = {
