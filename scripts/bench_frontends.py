@@ -458,12 +458,56 @@ def parse_args():
     return args
 
 
+def git_commit():
+    commit = os.environ.get("HYPATIA_COMMIT")  # where the tree was copied without its current .git
+    if commit:
+        return commit
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def write(args, rows, earlier, budget, t_start, profile_lines) -> str:
+    """Writes DIR/frontends.{json,md,png} (and the profile) for the rows so far, with the earlier
+    run's rows of other models when merging; returns the markdown."""
+    merged_from = None
+    if earlier:
+        kept = [r for r in earlier["rows"] if r["model"] not in args.models]
+        merged_from = {"file": str(args.merge), "date_utc": earlier["metadata"]["date_utc"],
+                       "git_commit": earlier["metadata"]["git_commit"], "models": sorted({r["model"] for r in kept})}
+        rows = sorted(kept + rows, key=lambda r: (list(MODELS).index(r["model"]), bench_ops.MODES.index(r["mode"])))
+    meta = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": args.device, "device_name": torch.cuda.get_device_name(0) if args.device == "cuda" else bench_ops.cpu_model(),
+        "cpu_model": bench_ops.cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), "git_commit": git_commit(),
+        "quick": args.quick, "seed": args.seed, "input_sets": args.input_sets, "max_samples": budget.max_reps,
+        "timing": (f"CUDA events around bursts of back-to-back calls (>= {bench_ops.BURST_S * 1e3:g} ms a burst)"
+                   if args.device == "cuda" else "time.perf_counter around each call")
+        + f", median of at most {budget.max_reps} samples in {bench_ops.ROUNDS} interleaved rounds",
+        "models": "; ".join(f"{n}: {MODELS[n].note}" for n in MODELS if any(r["model"] == n for r in rows)),
+        "merged_from": merged_from,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta["chart"] = chart(args.out / "frontends.png", meta, rows)
+    meta["wall_s"] = round(time.perf_counter() - t_start, 1)
+    (args.out / "frontends.json").write_text(json.dumps({"metadata": meta, "rows": rows}, indent=1))
+    table = markdown(meta, rows)
+    (args.out / "frontends.md").write_text(table)
+    if profile_lines:
+        (args.out / "frontends_profile.txt").write_text("\n".join(profile_lines))
+    return table
+
+
 def main():
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     budget = bench_ops.timing_budget(args.device, args.quick, args.max_samples)
+    earlier = json.loads(args.merge.read_text()) if args.merge else None
     t_start = time.perf_counter()
     rows, profile_lines = [], []
     with tempfile.TemporaryDirectory(prefix="hypatia_aoti_") as workdir:
@@ -473,44 +517,9 @@ def main():
                 rows.append(row)
                 times = " | ".join(f"{c} {bench_ops.fmt(v)}" for c, v in row["ms"].items())
                 print(f"[{name} {mode}] {row['status']}: {times} ms", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    json_path = args.out / "frontends.json"
-    merged_from = None
-    if args.merge:
-        earlier = json.loads(args.merge.read_text())
-        kept = [r for r in earlier["rows"] if r["model"] not in args.models]
-        merged_from = {"file": str(args.merge), "date_utc": earlier["metadata"]["date_utc"],
-                       "git_commit": earlier["metadata"]["git_commit"], "models": sorted({r["model"] for r in kept})}
-        rows = kept + rows
-        rows.sort(key=lambda r: (list(MODELS).index(r["model"]), bench_ops.MODES.index(r["mode"])))
-    commit = os.environ.get("HYPATIA_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            commit = None
-    meta = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "device": args.device, "device_name": torch.cuda.get_device_name(0) if args.device == "cuda" else bench_ops.cpu_model(),
-        "cpu_model": bench_ops.cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), "git_commit": commit,
-        "quick": args.quick, "seed": args.seed, "input_sets": args.input_sets, "max_samples": budget.max_reps,
-        "timing": (f"CUDA events around bursts of back-to-back calls (>= {bench_ops.BURST_S * 1e3:g} ms a burst)"
-                   if args.device == "cuda" else "time.perf_counter around each call")
-        + f", median of at most {budget.max_reps} samples in {bench_ops.ROUNDS} interleaved rounds",
-        "models": "; ".join(f"{n}: {MODELS[n].note}" for n in MODELS if any(r["model"] == n for r in rows)),
-        "merged_from": merged_from,
-    }
-    meta["chart"] = chart(args.out / "frontends.png", meta, rows)
-    meta["wall_s"] = round(time.perf_counter() - t_start, 1)
-    json_path.write_text(json.dumps({"metadata": meta, "rows": rows}, indent=1))
-    table = markdown(meta, rows)
-    (args.out / "frontends.md").write_text(table)
-    if profile_lines:
-        (args.out / "frontends_profile.txt").write_text("\n".join(profile_lines))
+                table = write(args, rows, earlier, budget, t_start, profile_lines)  # a cut-off run keeps its rows
     print(table)
-    print(f"wrote {json_path}, frontends.md ({meta['chart']}) in {meta['wall_s']} s")
+    print(f"wrote {args.out}/frontends.json, frontends.md, frontends.png in {time.perf_counter() - t_start:.1f} s")
     if any(r["status"] != "ok" for r in rows):
         sys.exit(1)
 
