@@ -349,7 +349,7 @@ def markdown(meta, rows) -> str:
     fmt = bench_ops.fmt
     comps = [c for c in COMPETITORS if any(c in r["ms"] or c in r["skipped"] for r in rows)]
     lines = [f"# Hypatia front ends: {meta['device_name']}", ""]
-    for key in ("date_utc", "device", "cpu_model", "threads", "torch", "cuda", "git_commit", "timing", "models", "merged_from"):
+    for key in ("date_utc", "device", "cpu_model", "threads", "torch", "cuda", "git_commit", "timing", "models", "merged_from", "note"):
         lines.append(f"- {key}: {meta[key]}")
     lines += ["", "Competitors:", ""] + [f"- `{c}`: {COMPETITORS[c]}" for c in comps] + [
         "", "Median ms per call. `hyp/best`: the better of eager and compile over hypatia; `hyp/compile`; "
@@ -442,6 +442,7 @@ def parse_args():
     p.add_argument("--quick", action="store_true", help="64 rows, few samples: a smoke run")
     p.add_argument("--profile", action="store_true", help="also write frontends_profile.txt")
     p.add_argument("--merge", type=Path, metavar="FILE", help="keep the rows of an earlier frontends.json for the models not run now")
+    p.add_argument("--note", help="conditions of the run, written into the results (e.g. the machine's load)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -488,7 +489,7 @@ def write(args, rows, earlier, budget, t_start, profile_lines) -> str:
                    if args.device == "cuda" else "time.perf_counter around each call")
         + f", median of at most {budget.max_reps} samples in {bench_ops.ROUNDS} interleaved rounds",
         "models": "; ".join(f"{n}: {MODELS[n].note}" for n in MODELS if any(r["model"] == n for r in rows)),
-        "merged_from": merged_from,
+        "merged_from": merged_from, "note": args.note,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     meta["chart"] = chart(args.out / "frontends.png", meta, rows)
