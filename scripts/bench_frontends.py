@@ -350,7 +350,8 @@ def markdown(meta, rows) -> str:
     comps = [c for c in COMPETITORS if any(c in r["ms"] or c in r["skipped"] for r in rows)]
     lines = [f"# Hypatia front ends: {meta['device_name']}", ""]
     for key in ("date_utc", "device", "cpu_model", "threads", "torch", "cuda", "git_commit", "timing", "models", "merged_from", "note"):
-        lines.append(f"- {key}: {meta[key]}")
+        if meta[key] is not None:
+            lines.append(f"- {key}: {meta[key]}")
     lines += ["", "Competitors:", ""] + [f"- `{c}`: {COMPETITORS[c]}" for c in comps] + [
         "", "Median ms per call. `hyp/best`: the better of eager and compile over hypatia; `hyp/compile`; "
         "`ops_c/ops`: the by-hand module's eager time over its compiled time (>= 0.95: compiling keeps the ops' "
