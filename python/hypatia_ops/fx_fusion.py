@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import Graph, GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
@@ -190,6 +191,8 @@ def _operand_problem(layer: Layer) -> str:
         return f"weight is {w.dim()}-D, expected 2-D"
     if b is not None and b.dim() != 1:
         return f"bias is {b.dim()}-D, expected 1-D"
+    if b is not None and not statically_known_true(b.shape[0] == w.shape[0]):  # addmm / add broadcast it
+        return f"bias has {b.shape[0]} elements for {w.shape[0]} output features"
     if len({val.device for _, val in named}) > 1:
         return "operands on different devices: " + ", ".join(f"{name} {val.device}" for name, val in named)
     # Operands whose dtype is not the output's are autocast's doing (linear itself insists on one

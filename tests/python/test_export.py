@@ -92,6 +92,21 @@ def test_refusals(case, why):
     assert not FUSED_TARGETS & set(targets(fused))
 
 
+def test_broadcast_bias_is_refused():
+    class Broadcast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(torch.randn(8, 6)), nn.Parameter(torch.randn(1))
+
+        def forward(self, x):
+            return torch.relu(torch.addmm(self.b, x, self.w.t()))
+
+    model, x = Broadcast(), torch.randn(4, 6)
+    fused, report = hypatia_ops.fuse_exported(torch.export.export(model, (x,)), return_report=True)
+    assert report.skipped == ["aten.addmm.default -> addmm: bias has 1 elements for 8 output features"]
+    assert rel_error(fused.module()(x), model(x)) < 1e-6
+
+
 def test_decomposed_two_d_program_fuses_and_no_mlp_keeps_pairs():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 8, bias=False), nn.ReLU(), nn.Linear(8, 4))
