@@ -471,7 +471,7 @@ def git_commit():
         return None
 
 
-def write(args, rows, earlier, budget, t_start, profile_lines) -> str:
+def write(args, rows, earlier, budget, t_start, commit, profile_lines) -> str:
     """Writes DIR/frontends.{json,md,png} (and the profile) for the rows so far, with the earlier
     run's rows of other models when merging; returns the markdown."""
     merged_from = None
@@ -484,7 +484,7 @@ def write(args, rows, earlier, budget, t_start, profile_lines) -> str:
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": args.device, "device_name": torch.cuda.get_device_name(0) if args.device == "cuda" else bench_ops.cpu_model(),
         "cpu_model": bench_ops.cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), "git_commit": git_commit(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), "git_commit": commit,
         "quick": args.quick, "seed": args.seed, "input_sets": args.input_sets, "max_samples": budget.max_reps,
         "timing": (f"CUDA events around bursts of back-to-back calls (>= {bench_ops.BURST_S * 1e3:g} ms a burst)"
                    if args.device == "cuda" else "time.perf_counter around each call")
@@ -510,7 +510,7 @@ def main():
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     budget = bench_ops.timing_budget(args.device, args.quick, args.max_samples)
     earlier = json.loads(args.merge.read_text()) if args.merge else None
-    t_start = time.perf_counter()
+    t_start, commit = time.perf_counter(), git_commit()  # the code that runs is the code at the start
     rows, profile_lines = [], []
     with tempfile.TemporaryDirectory(prefix="hypatia_aoti_") as workdir:
         for name in args.models:
@@ -519,7 +519,7 @@ def main():
                 rows.append(row)
                 times = " | ".join(f"{c} {bench_ops.fmt(v)}" for c, v in row["ms"].items())
                 print(f"[{name} {mode}] {row['status']}: {times} ms", flush=True)
-                table = write(args, rows, earlier, budget, t_start, profile_lines)  # a cut-off run keeps its rows
+                table = write(args, rows, earlier, budget, t_start, commit, profile_lines)  # a cut-off run keeps its rows
     print(table)
     print(f"wrote {args.out}/frontends.json, frontends.md, frontends.png in {time.perf_counter() - t_start:.1f} s")
     if any(r["status"] != "ok" for r in rows):
