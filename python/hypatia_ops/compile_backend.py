@@ -98,6 +98,8 @@ class _RegisterWhenDynamoLoads(importlib.abc.MetaPathFinder):
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return None
         exec_module = spec.loader.exec_module
 
         def exec_then_register(module):
