@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # On the GPU machine (no network, torch in the system python3):
-#   gpu_check.sh [all|build|tests|bench|multi] [bench_ops.py arguments...]
+#   gpu_check.sh [all|build|tests|bench|multi|frontends|frontends-tests|frontends-bench] [bench_ops.py / bench_frontends.py arguments...]
 # build: only the sm_90 build (a device call of its own, so that `tests` on the same warm machine
 # fits the device tool's 10 minutes a call: on a fresh H100 machine build + tests took ~10 min);
 # tests: build (if not done) and run the whole suite, then the bundled models end to end on CUDA
 # (scripts/bench_models.sh); bench: scripts/bench_ops.py --device cuda; all (default): both.
 # multi (a machine with two GPUs): build, then the tests that run on cuda:1 while cuda:0 is current, the
 # data-parallel training test on both GPUs (NCCL) and its throughput on one GPU and on two.
+# frontends-tests: build (if not done), then the torch.compile backend / fuse_exported / AOTInductor
+# tests on CUDA; frontends-bench: build (if not done), then scripts/bench_frontends.py --device cuda
+# --profile with the remaining arguments; frontends: both. The benchmark writes its files after each
+# row; a full run takes two device calls, each with part of the models (--models ...), the second
+# merging the first's frontends.json (--merge FILE).
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
 # Logs and results go to $OUT (the device tool's folder), else to the committed current results:
 # docs/perf/h100/ (multi: docs/perf/multi-gpu/), which they replace (docs/perf/README.md).
@@ -69,6 +74,22 @@ if [ "$phase" = multi ]; then
       | grep -E "^ddp bench|Error" | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
+fi
+
+if [ "${phase#frontends}" != "$phase" ]; then
+  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
+    || { tail -30 "$out/build.log"; exit 1; }
+  if [ "$phase" != frontends-bench ]; then
+    log="$out/frontends_tests.log"
+    header "Hypatia Ops front ends (torch.compile backend, fuse_exported, AOTInductor) on CUDA" >"$log"
+    (cd "$root" && python3 -m pytest -q -rs --durations=10 tests/python/test_compile_backend.py tests/python/test_export.py 2>&1) \
+      | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  fi
+  if [ "$phase" != frontends-tests ]; then
+    python3 "$root/scripts/bench_frontends.py" --device cuda --profile --out "$out" "$@" 2>&1 | tee "$out/frontends_bench.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  fi
 fi
 
 if [ "$phase" = all ] || [ "$phase" = bench ]; then

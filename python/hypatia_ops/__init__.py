@@ -4,7 +4,10 @@ Importing this package loads ``libhypatia_ops.so`` into PyTorch, after which the
 ``torch.ops.hypatia.fused_linear_relu`` and ``torch.ops.hypatia.fused_mlp``. ``fused_linear_relu``
 and ``fused_mlp`` here call their ``.default`` overloads, which skips the overload resolution that
 calling ``torch.ops.hypatia.<op>`` does on every call.
-``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them.
+``fuse``, ``fuse_file`` and ``enable_auto_fusion`` rewrite TorchScript code to call them;
+``torch.compile(model, backend="hypatia")`` (registered by this import; ``last_compile_report``
+says what it fused) and ``fuse_exported`` (torch.export programs, and through them AOTInductor
+packages) rewrite models for PyTorch 2's stack (docs/compile.md).
 ``cpu_buffer_cache_bytes`` and ``empty_cpu_buffer_cache`` read and empty the cache of large CPU
 blocks that ``fused_mlp``'s training forward keeps for its next call.
 The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then beside this package, then in the
@@ -30,6 +33,9 @@ __all__ = [
     "enable_auto_fusion",
     "cpu_buffer_cache_bytes",
     "empty_cpu_buffer_cache",
+    "last_compile_report",
+    "compile_reports",
+    "fuse_exported",
 ]
 
 _LIBRARY_NAME = "libhypatia_ops.so"
@@ -91,6 +97,7 @@ class FusionReport:
     mlp: int = 0  # hypatia::fused_mlp nodes created
     mlp_layers: int = 0  # linear layers folded into those fused_mlp nodes
     skipped: List[str] = field(default_factory=list)
+    fused: List[str] = field(default_factory=list)  # FX front ends: one line per fused node, what it replaced
 
     @classmethod
     def from_json(cls, text: str) -> "FusionReport":
@@ -139,3 +146,8 @@ def enable_auto_fusion() -> None:
     it cannot be turned off. Graphs with autodiff subgraphs (inputs that require grad) keep
     those subgraphs unfused."""
     torch.ops.hypatia._enable_auto_fusion()
+
+
+# The FX front ends: the torch.compile backend "hypatia" (registered on import) and fuse_exported.
+from .compile_backend import compile_reports, last_compile_report  # noqa: E402
+from .export import fuse_exported  # noqa: E402
