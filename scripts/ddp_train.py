@@ -117,6 +117,9 @@ def ddp_vs_one_process(args, frontend, rank, world, device):
     ddp = DistributedDataParallel(fused(model, frontend), device_ids=[device.index] if device.type == "cuda" else None)
     data = batches(args, args.steps, dtype, device)
     losses = train(ddp, list(model.parameters()), data, rank, world)
+    if frontend == "compile":
+        fused_nodes = sum(r.mlp + r.linear_relu for r in hypatia_ops.compile_reports())
+        assert fused_nodes > 0, f"torch.compile(backend='hypatia') fused nothing: {hypatia_ops.compile_reports()}"
     if rank != 0:
         return None
     ref_model = make_model(args.widths, dtype, device)

@@ -12,9 +12,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CASES = [("cpu", "float32"), ("cpu", "bfloat16")] + [
-    pytest.param("cuda", dtype, marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs"))
-    for dtype in ("float32", "bfloat16")]
+CASES = [("cpu", "float32", "script"), ("cpu", "bfloat16", "script"), ("cpu", "float32", "compile")] + [
+    pytest.param("cuda", dtype, frontend,
+                 marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs"))
+    for dtype in ("float32", "bfloat16") for frontend in ("script", "compile")]
 
 
 def torchrun(*args, timeout=600):
@@ -23,9 +24,9 @@ def torchrun(*args, timeout=600):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
 
 
-@pytest.mark.parametrize("where, dtype", CASES)
-def test_ddp_training_matches_one_process(where, dtype):
-    proc = torchrun("--device", where, "--dtype", dtype, "--check")
+@pytest.mark.parametrize("where, dtype, frontend", CASES)
+def test_ddp_training_matches_one_process(where, dtype, frontend):
+    proc = torchrun("--device", where, "--dtype", dtype, "--frontend", frontend, "--check")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (verdict,) = [line for line in proc.stdout.splitlines() if line.startswith("ddp check:")]
     assert verdict.endswith(": ok") and "world 2" in verdict, verdict
