@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
     std::printf("shape: %lld x %lld\nsum: %.17g\n", static_cast<long long>(out.size(0)),
                 static_cast<long long>(out.size(1)), out.to(at::kDouble).sum().item<double>());
   } catch (const std::exception& error) {
-    const std::string message = error.what();
+    // The first line that says something (TorchScript's messages may start with a newline).
+    std::string message = error.what();
+    message.erase(0, message.find_first_not_of('\n'));
     std::fprintf(stderr, "run_model: error: %s\n", message.substr(0, message.find('\n')).c_str());
     return 1;
   }
