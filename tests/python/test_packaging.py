@@ -41,10 +41,27 @@ def test_build_info_describes_the_loaded_library():
     assert info["cxx11_abi"] == torch._C._GLIBCXX_USE_CXX11_ABI
     assert info["cuda_kernels"] == bool(info["cuda_architectures"])
     assert not info["cuda_kernels"] or info["cuda"] is not None
+    if run(["git", "-C", REPO, "rev-parse", "HEAD"]).returncode != 0:
+        pytest.skip("no git checkout here to look the commit up in")
+    commit = info["git_commit"].removesuffix("-dirty")
+    assert run(["git", "-C", REPO, "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0, info
+
+
+def test_build_info_script_writes_the_current_commit(tmp_path):
+    """cmake/write_build_info.cmake, which every build runs: the source tree's HEAD, "-dirty" when
+    tracked files differ from it, and the configure-time values as given."""
     head = run(["git", "-C", REPO, "rev-parse", "HEAD"])
     if head.returncode != 0:
-        pytest.skip("no git checkout here to compare the commit with")
-    assert info["git_commit"].removesuffix("-dirty") == head.stdout.strip()
+        pytest.skip("no git checkout here")
+    dirty = run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"]).stdout.strip() != ""
+    out = tmp_path / "info.json"
+    result = run(["cmake", f"-DOUTPUT={out}", f"-DGIT_EXECUTABLE={shutil.which('git')}", f"-DSOURCE_DIR={REPO}",
+                  "-DVERSION=1.2.3", "-DTORCH=2.11.0", "-DCUDA=null", "-DCUDA_KERNELS=false",
+                  "-DCUDA_ARCHITECTURES=", "-DCXX11_ABI=true", "-P", REPO / "cmake" / "write_build_info.cmake"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text()) == {
+        "version": "1.2.3", "torch": "2.11.0", "cuda": None, "cuda_kernels": False, "cuda_architectures": [],
+        "cxx11_abi": True, "git_commit": head.stdout.strip() + ("-dirty" if dirty else "")}
 
 
 def import_with_build_info(tmp_path, info):
