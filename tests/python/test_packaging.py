@@ -183,14 +183,20 @@ def test_wheel_imports_and_runs_the_ops_outside_the_source_tree(venv):
         h = hypatia_ops.fused_linear_relu(x, w1, b1)
         y = torch.ops.hypatia.fused_mlp(x, [w1, w2], [b1, None])
         ref_h = F.relu(F.linear(x, w1, b1))
+        ref_y = F.linear(ref_h, w2)
+        rel = lambda out, ref: ((out.double().cpu() - ref).norm() / ref.norm()).item()
+        cuda_errors = None
+        if torch.cuda.is_available():  # the CUDA kernels and libraries, through the wheel's RPATHs
+            xc, w1c, b1c, w2c = (t.float().cuda() for t in (x, w1, b1, w2))
+            cuda_errors = [rel(hypatia_ops.fused_linear_relu(xc, w1c, b1c), ref_h),
+                           rel(hypatia_ops.fused_mlp(xc, [w1c, w2c], [b1c, None]), ref_y)]
         model = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4)))
         fused, report = hypatia_ops.fuse(model, return_report=True)
         x32 = x.float()
         print(json.dumps({
             "library": str(hypatia_ops.library_path()), "build_info": hypatia_ops.build_info(),
             "cmake_prefix_path": hypatia_ops.cmake_prefix_path,
-            "linear_relu_error": ((h - ref_h).norm() / ref_h.norm()).item(),
-            "mlp_error": ((y - F.linear(ref_h, w2)).norm() / F.linear(ref_h, w2).norm()).item(),
+            "linear_relu_error": rel(h, ref_h), "mlp_error": rel(y, ref_y), "cuda_errors": cuda_errors,
             "fused_mlp_nodes": report.mlp, "fused_equal": torch.allclose(fused(x32), model(x32), atol=1e-5, rtol=1e-5),
         }))
     """)
@@ -199,6 +205,8 @@ def test_wheel_imports_and_runs_the_ops_outside_the_source_tree(venv):
     assert Path(result["cmake_prefix_path"]) == package
     assert result["build_info"] == hypatia_ops.build_info()  # the wheel holds this build tree's library
     assert result["linear_relu_error"] < 1e-12 and result["mlp_error"] < 1e-12, result
+    assert (result["cuda_errors"] is None) == (not torch.cuda.is_available())
+    assert result["cuda_errors"] is None or max(result["cuda_errors"]) < 1e-5, result
     assert result["fused_mlp_nodes"] == 1 and result["fused_equal"], result
 
 
