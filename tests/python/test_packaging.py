@@ -95,6 +95,14 @@ def test_matching_build_info_imports(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def test_cpu_only_build_info_imports_with_this_torch(tmp_path):
+    """A library built against a CPU-only torch (cuda null) links no CUDA library: a CUDA torch of
+    its series runs it too."""
+    info = dict(hypatia_ops.build_info(), cuda=None, cuda_kernels=False, cuda_architectures=[])
+    result = import_with_build_info(tmp_path, info)
+    assert result.returncode == 0, result.stderr
+
+
 def test_missing_build_info_raises_import_error(tmp_path):
     result = import_with_build_info(tmp_path, None)
     last = result.stderr.strip().splitlines()[-1]
