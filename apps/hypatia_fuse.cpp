@@ -1,7 +1,7 @@
 // hypatia-fuse [--freeze] [--no-mlp] [--report FILE] IN.pt OUT.pt
 // Loads a TorchScript module, fuses Linear+ReLU and Linear/ReLU chains into hypatia ops, saves it.
 // Failures print one line to stderr, exit non-zero and leave no OUT.pt behind.
-#include "passes/fuse.h"
+#include <hypatia/fuse.h>
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/import.h>

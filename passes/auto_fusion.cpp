@@ -1,6 +1,6 @@
 // hypatia::enable_auto_fusion: runs the fusion on every graph the TorchScript executor optimises.
 // A post pass: pre passes still see prim::profile nodes, which count as extra uses of every value.
-#include "passes/fuse.h"
+#include <hypatia/fuse.h>
 
 #include <torch/csrc/jit/passes/pass_manager.h>
 

@@ -1,5 +1,5 @@
 // hypatia::fuse and FusionReport: runs the passes over a module's (or one graph's) code.
-#include "passes/fuse.h"
+#include <hypatia/fuse.h>
 
 #include "passes/fuse_linear_relu.h"
 #include "passes/fuse_mlp.h"

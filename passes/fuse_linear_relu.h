@@ -3,7 +3,7 @@
 // relu or relu_, eval-mode dropouts between them ignored) -> hypatia::fused_linear_relu, when
 // the linear output has no other use, all nodes sit in one block and nothing in between writes
 // to the operands. Descends into nested blocks; idempotent.
-#include "passes/fuse.h"
+#include <hypatia/fuse.h>
 
 #include <torch/csrc/jit/ir/ir.h>
 

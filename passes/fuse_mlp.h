@@ -4,7 +4,7 @@
 // chain ends with a ReLU), when every intermediate has no other use, all nodes sit in one block
 // and nothing in between writes to the operands. Eval-mode dropouts (constant train=False) are
 // dropped. Descends into nested blocks; idempotent.
-#include "passes/fuse.h"
+#include <hypatia/fuse.h>
 
 #include <torch/csrc/jit/ir/ir.h>
 

@@ -5,6 +5,8 @@
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
+#include <hypatia/ops.h>
+
 #include <ATen/ops/ones_like.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -71,7 +73,7 @@ at::Tensor fused_linear_relu_autograd(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
   if (!at::GradMode::is_enabled() || !any_requires_grad(input, weight, bias)) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op_calls::fused_linear_relu(input, weight, bias);
+    return hypatia::fused_linear_relu(input, weight, bias);
   }
   return FusedLinearReLU::apply(input, weight, bias);
 }

@@ -4,6 +4,8 @@
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
+#include <hypatia/ops.h>
+
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -101,7 +103,7 @@ at::Tensor fused_mlp_autograd(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   if (!at::GradMode::is_enabled() || !any_requires_grad(input, weights, biases)) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op_calls::fused_mlp(input, weights, biases, relu_last);
+    return hypatia::fused_mlp(input, weights, biases, relu_last);
   }
   std::vector<at::Tensor> present_biases;
   c10::List<bool> has_bias;

@@ -1,7 +1,7 @@
 // Private ops through which Python reaches the TorchScript passes, so that no Python extension
 // module is needed: torch.ops.hypatia._fuse_module(script_module._c, freeze, mlp) and
 // torch.ops.hypatia._enable_auto_fusion().
-#include "passes/fuse.h"
+#include <hypatia/fuse.h>
 
 #include <ATen/core/stack.h>
 #include <torch/library.h>

@@ -1,16 +1,9 @@
 #pragma once
-// Typed calls into the dispatcher, for kernels (autograd) that call the ops below them.
+// Typed calls into the dispatcher of the private ops, for kernels (autograd) that call the ops below
+// them; the public ops' are in <hypatia/ops.h>.
 #include <ATen/core/dispatch/Dispatcher.h>
 
 namespace hypatia::op_calls {
-
-inline at::Tensor fused_linear_relu(
-    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("hypatia::fused_linear_relu", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
-  return op.call(input, weight, bias);
-}
 
 inline std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
@@ -43,18 +36,6 @@ inline std::vector<at::Tensor> fused_linear_relu_backward(
                                  const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool,
                                  bool)>();
   return op.call(grad_out, input, weight, relu_mask, input_grad, weight_grad, bias_grad);
-}
-
-inline at::Tensor fused_mlp(
-    const at::Tensor& input,
-    at::TensorList weights,
-    const c10::List<std::optional<at::Tensor>>& biases,
-    bool relu_last) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("hypatia::fused_mlp", "")
-          .typed<at::Tensor(const at::Tensor&, at::TensorList, const c10::List<std::optional<at::Tensor>>&, bool)>();
-  return op.call(input, weights, biases, relu_last);
 }
 
 inline std::vector<at::Tensor> fused_mlp_forward(

@@ -10,8 +10,12 @@ says what it fused) and ``fuse_exported`` (torch.export programs, and through th
 packages) rewrite models for PyTorch 2's stack (docs/compile.md).
 ``cpu_buffer_cache_bytes`` and ``empty_cpu_buffer_cache`` read and empty the cache of large CPU
 blocks that ``fused_mlp``'s training forward keeps for its next call.
-The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then beside this package, then in the
-source tree's ``build/`` directory.
+The library is looked up in ``$HYPATIA_OPS_LIBRARY``, then in this package's ``lib/`` (where
+``pip install`` puts it), then in the source tree's ``build/`` directory. Before it is loaded, its
+build metadata (``hypatia_ops_build_info.json`` beside it, see :func:`build_info`) is checked
+against the installed torch: a library built for another torch release series, CUDA version or
+C++ ABI raises ImportError. ``cmake_prefix_path`` is the CMake prefix of the installed C++ package
+(``find_package(HypatiaOps)``).
 """
 from __future__ import annotations
 
@@ -19,12 +23,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
 __all__ = [
     "library_path",
+    "build_info",
+    "cmake_prefix_path",
     "fused_linear_relu",
     "fused_mlp",
     "FusionReport",
@@ -39,6 +45,13 @@ __all__ = [
 ]
 
 _LIBRARY_NAME = "libhypatia_ops.so"
+_BUILD_INFO_NAME = "hypatia_ops_build_info.json"  # written beside the library (CMakeLists.txt)
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+cmake_prefix_path: str = str(_PACKAGE_DIR)
+"""The installed package's CMake prefix, as ``torch.utils.cmake_prefix_path`` is torch's: with both on
+``CMAKE_PREFIX_PATH``, ``find_package(HypatiaOps)`` finds ``lib/cmake/HypatiaOps`` here (after
+``pip install``; a source tree's ``python/`` has none)."""
 
 
 def library_path() -> Path:
@@ -46,8 +59,7 @@ def library_path() -> Path:
     candidates = []
     if os.environ.get("HYPATIA_OPS_LIBRARY"):
         candidates.append(Path(os.environ["HYPATIA_OPS_LIBRARY"]))
-    here = Path(__file__).resolve().parent
-    candidates += [here / _LIBRARY_NAME, here.parents[1] / "build" / _LIBRARY_NAME]
+    candidates += [_PACKAGE_DIR / "lib" / _LIBRARY_NAME, _PACKAGE_DIR.parents[1] / "build" / _LIBRARY_NAME]
     for path in candidates:
         if path.is_file():
             return path
@@ -57,7 +69,57 @@ def library_path() -> Path:
     )
 
 
-torch.ops.load_library(str(library_path()))
+def _read_build_info(library: Path) -> Dict[str, Any]:
+    path = library.parent / _BUILD_INFO_NAME
+    try:
+        info = json.loads(path.read_text())
+        _ = info["torch"], info["cuda"], info["cxx11_abi"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ImportError(
+            f"hypatia_ops: cannot read {path}, the build metadata of {library} ({error!r}); rebuild the library"
+        ) from None
+    return info
+
+
+def _series(version: Optional[str]) -> Optional[str]:
+    """'2.11.0+cu130' -> '2.11'; '13.0' -> '13.0'; None stays None."""
+    return None if version is None else ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _check_build_info(info: Dict[str, Any], library: Path) -> None:
+    """ImportError unless the library can run with the torch imported: the same release series
+    (major.minor, as the package's torch==X.Y.* dependency says), the same CUDA major.minor where the
+    library was built against a CUDA torch (a CPU-only build runs with either), the same C++11 ABI."""
+    have_cuda, have_abi = torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    if (
+        _series(info["torch"]) == _series(torch.__version__)
+        and (info["cuda"] is None or _series(info["cuda"]) == _series(have_cuda))
+        and bool(info["cxx11_abi"]) == have_abi
+    ):
+        return
+
+    def describe(torch_version: str, cuda: Optional[str], abi: bool) -> str:
+        return f"PyTorch {torch_version} with {f'CUDA {cuda}' if cuda else 'no CUDA'} (C++11 ABI {int(abi)})"
+
+    raise ImportError(
+        f"hypatia_ops: {library} was built for {describe(info['torch'], info['cuda'], info['cxx11_abi'])}, "
+        f"but you have {describe(torch.__version__, have_cuda, have_abi)}; "
+        "rebuild it against this torch (pip install --no-build-isolation .) or install the torch it was built for"
+    )
+
+
+def build_info() -> Dict[str, Any]:
+    """What the loaded library was built for and from: ``version``, ``torch`` (the release it was
+    built against), ``cuda`` (the CUDA version of that torch build, None for a CPU-only torch),
+    ``cuda_kernels`` (whether it has its CUDA kernels), ``cuda_architectures``, ``cxx11_abi``
+    and ``git_commit`` (with ``-dirty`` when the tree had changes; ``unknown`` without git)."""
+    return dict(_BUILD_INFO)
+
+
+_LIBRARY = library_path()
+_BUILD_INFO = _read_build_info(_LIBRARY)
+_check_build_info(_BUILD_INFO, _LIBRARY)
+torch.ops.load_library(str(_LIBRARY))
 
 
 def fused_linear_relu(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -1,6 +1,6 @@
 // FuseLinearReLU / FuseMLP on IR text: the rewritten graph (FileCheck), the same outputs as the
 // original graph on random data, and the cases that must be left alone.
-#include "passes/fuse.h"
+#include <hypatia/fuse.h>
 #include "passes/fuse_linear_relu.h"
 #include "passes/fuse_mlp.h"
 
