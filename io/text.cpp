@@ -10,54 +10,21 @@ namespace {
 
 const char* const kHex = "0123456789abcdef";
 
-// Length of the well-formed UTF-8 sequence of 2-4 bytes that starts at text[i], or 0.
-size_t utf8_sequence(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  size_t length = 0;
-  unsigned char low = 0x80, high = 0xbf;  // range of the second byte (RFC 3629's table)
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3;
-    if (lead == 0xe0) low = 0xa0;
-    if (lead == 0xed) high = 0x9f;  // no UTF-16 surrogates
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4;
-    if (lead == 0xf0) low = 0x90;
-    if (lead == 0xf4) high = 0x8f;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return 0;
-  }
-  return length;
-}
-
 }  // namespace
 
 std::string printable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-      ++i;
+      out += ch;
     } else if (c == '\n') {
       out += "\\n";
-      ++i;
     } else if (c == '\t') {
       out += "\\t";
-      ++i;
-    } else if (const size_t length = c >= 0x80 ? utf8_sequence(text, i) : 0) {
-      out.append(text.data() + i, length);
-      i += length;
     } else {
       out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
-      ++i;
     }
   }
   return out;

@@ -5,9 +5,10 @@
 
 namespace hypatia {
 
-// `text` with every byte that is not printable ASCII or part of well-formed UTF-8 escaped as
-// \xNN, and newlines, tabs and other control characters escaped as \n, \t, \xNN: safe to print
-// as one line whatever a file or an exception carried.
+// `text` with every byte that is not printable ASCII escaped: newline and tab as \n and \t, the
+// rest (control characters, and all bytes of non-ASCII text, which may not be valid UTF-8 or may
+// hold line separators and bidi controls) as \xNN. Safe to print as one line whatever a file or
+// an exception carried.
 std::string printable(std::string_view text);
 
 // One printable line of a possibly multi-line message: its first non-blank line, or for a
