@@ -6,6 +6,7 @@
 // Linked with -Wl,--no-as-needed against libhypatia_ops.so: the hypatia:: ops register
 // themselves from static initialisers, which must run before a model that calls them is loaded.
 #include "apps/run_inputs.h"
+#include "apps/run_model.h"
 #include "apps/run_outputs.h"
 #include "io/model_file.h"
 #include "io/text.h"
@@ -20,7 +21,6 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
-#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -32,7 +32,6 @@
 #include <exception>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +41,8 @@ namespace {
 using hypatia::printable;
 using hypatia::run::Inputs;
 using hypatia::run::InputSpec;
+using hypatia::run::Model;
+using hypatia::run::NodeCounts;
 using hypatia::run::UsageError;
 
 constexpr const char* kUsage =
@@ -181,155 +182,6 @@ Options parse_args(int argc, char** argv) {
   }
   opt.model = positional[0];
   return opt;
-}
-
-// A model to run, and the name it has in the report.
-struct Model {
-  std::string path;
-  std::string label;
-  torch::jit::Module module;
-
-  c10::IValue forward(const Inputs& inputs) const {
-    return module.get_method("forward")(inputs.args, inputs.kwargs);
-  }
-};
-
-// forward's arguments, self excluded.
-std::vector<c10::Argument> forward_arguments(const Model& model) {
-  const auto& arguments = model.module.get_method("forward").function().getSchema().arguments();
-  return std::vector<c10::Argument>(arguments.begin() + (arguments.empty() ? 0 : 1), arguments.end());
-}
-
-// "src: Tensor, tgt: Tensor, mask: Optional[Tensor] = None"
-std::string signature(const std::vector<c10::Argument>& arguments) {
-  std::string out;
-  for (const auto& a : arguments) {
-    out += (out.empty() ? "" : ", ") + a.name() + ": " + a.type()->annotation_str();
-    if (a.default_value()) {
-      std::ostringstream value;
-      value << *a.default_value();
-      out += " = " + value.str();
-    }
-  }
-  return out;
-}
-
-std::string count_text(size_t n, const char* noun) {
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
-// Checks `inputs` against forward's signature, before anything runs: how many, which names and
-// which types. Throws UsageError.
-void check_inputs(const Model& model, const Inputs& inputs) {
-  const std::vector<c10::Argument> arguments = forward_arguments(model);
-  size_t required = 0;
-  for (const auto& a : arguments) required += a.default_value() ? 0 : 1;
-  const std::string takes = printable(model.path) + ": forward takes " +
-                            (required == arguments.size() ? count_text(required, "input")
-                                                          : std::to_string(required) + " to " + count_text(arguments.size(), "input")) +
-                            " (" + signature(arguments) + ")";
-  const size_t given = inputs.args.size() + inputs.kwargs.size();
-  if (inputs.args.size() > arguments.size() || (inputs.kwargs.empty() && given < required)) {
-    throw UsageError(takes + ", but " + std::to_string(given) + (given == 1 ? " was" : " were") + " given");
-  }
-  for (const auto& [name, value] : inputs.kwargs) {
-    const auto it = std::find_if(arguments.begin(), arguments.end(), [&](const c10::Argument& a) { return a.name() == name; });
-    if (it == arguments.end()) throw UsageError(takes + "; it has no argument '" + printable(name) + "'");
-    if (static_cast<size_t>(it - arguments.begin()) < inputs.args.size()) {
-      throw UsageError(takes + "; argument '" + printable(name) + "' is given twice");
-    }
-  }
-  for (size_t i = inputs.args.size(); i < arguments.size(); ++i) {
-    if (!arguments[i].default_value() && !inputs.kwargs.count(arguments[i].name())) {
-      throw UsageError(takes + "; argument '" + arguments[i].name() + "' is missing");
-    }
-  }
-  std::vector<c10::IValue> stack{model.module._ivalue()};
-  stack.insert(stack.end(), inputs.args.begin(), inputs.args.end());
-  try {
-    model.module.get_method("forward").function().getSchema().checkAndNormalizeInputs(stack, inputs.kwargs);
-  } catch (const c10::Error& e) {
-    throw UsageError(printable(model.path) + ": " + hypatia::error_line(e.what_without_backtrace()));
-  }
-}
-
-// The last element of an int list given as a constant or as a ListConstruct of constants.
-std::optional<int64_t> last_constant_int(torch::jit::Value* list) {
-  if (list->node()->kind() == c10::prim::ListConstruct) {
-    if (list->node()->inputs().empty()) return std::nullopt;
-    const auto last = torch::jit::toIValue(list->node()->inputs().back());
-    return last && last->isInt() ? std::optional<int64_t>(last->toInt()) : std::nullopt;
-  }
-  const auto iv = torch::jit::toIValue(list);
-  if (!iv || !iv->isIntList() || iv->toIntList().empty()) return std::nullopt;
-  const auto ints = iv->toIntList();
-  return ints.get(ints.size() - 1);
-}
-
-// The in-features of a weight [out, in] given as a constant tensor, or as the first element
-// of a constant list of them (fused_mlp).
-std::optional<int64_t> weight_in_features(torch::jit::Value* weight) {
-  torch::jit::Value* first = weight;
-  if (weight->node()->kind() == c10::prim::ListConstruct && weight->node()->inputs().size() > 0) {
-    first = weight->node()->inputs()[0];
-  }
-  const auto iv = torch::jit::toIValue(first);
-  if (iv && iv->isTensor() && iv->toTensor().dim() == 2) return iv->toTensor().size(1);
-  if (iv && iv->isTensorList() && !iv->toTensorList().empty()) {
-    const at::Tensor w = iv->toTensorList().get(0);
-    if (w.dim() == 2) return w.size(1);
-  }
-  return std::nullopt;
-}
-
-// The input width: from the first parameter (Linear weight [out, in] -> in, LayerNorm
-// weight [d] -> d); for frozen models, whose parameters are graph constants, from the first
-// layer that reads the input.
-std::optional<int64_t> infer_features(const torch::jit::Module& module) {
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
-    if (p.value.dim() == 2) return p.value.size(1);
-    if (p.value.dim() == 1) return p.value.size(0);
-    return std::nullopt;
-  }
-  const auto graph = module.get_method("forward").graph()->copy();
-  torch::jit::Inline(*graph);
-  if (graph->inputs().size() < 2) return std::nullopt;
-  torch::jit::Value* input = graph->inputs()[1];
-  static const auto fused_linear_relu = c10::Symbol::fromQualString("hypatia::fused_linear_relu");
-  static const auto fused_mlp = c10::Symbol::fromQualString("hypatia::fused_mlp");
-  for (torch::jit::Node* node : graph->nodes()) {
-    if (node->inputs().empty() || node->input(0) != input) continue;
-    const auto kind = node->kind();
-    if (kind == c10::aten::linear || kind == fused_linear_relu || kind == fused_mlp) {
-      return weight_in_features(node->input(1));
-    }
-    if (kind == c10::aten::layer_norm) return last_constant_int(node->input(1));
-  }
-  return std::nullopt;
-}
-
-struct NodeCounts {
-  int linear_relu = 0;
-  int mlp = 0;
-};
-
-void count_nodes(torch::jit::Block* block, NodeCounts& counts) {
-  static const auto fused_linear_relu = c10::Symbol::fromQualString("hypatia::fused_linear_relu");
-  static const auto fused_mlp = c10::Symbol::fromQualString("hypatia::fused_mlp");
-  for (torch::jit::Node* node : block->nodes()) {
-    if (node->kind() == fused_linear_relu) ++counts.linear_relu;
-    if (node->kind() == fused_mlp) ++counts.mlp;
-    for (torch::jit::Block* inner : node->blocks()) count_nodes(inner, counts);
-  }
-}
-
-// hypatia nodes in forward, submodule calls inlined.
-NodeCounts hypatia_nodes(const Model& model) {
-  const auto graph = model.module.get_method("forward").graph()->copy();
-  torch::jit::Inline(*graph);
-  NodeCounts counts;
-  count_nodes(graph->block(), counts);
-  return counts;
 }
 
 // Percentile p (0-100) of sorted values, nearest rank.
@@ -531,13 +383,13 @@ void print_text(const Options& opt, const Report& r) {
   std::printf("%s\n", line.c_str());
   for (size_t m = 0; m < r.models.size(); ++m) {
     const Run& run = r.runs[m];
-    std::printf("%s: median %.4f ms  min %.4f ms  hypatia nodes: %s\n", r.models[m]->label.c_str(), run.median_ms,
+    std::printf("%s: median %.4f ms  min %.4f ms  hypatia nodes: %s\n", r.models[m]->label().c_str(), run.median_ms,
                 run.min_ms, nodes_text(r.nodes[m]).c_str());
     if (run.parallel) {
       const ParallelRun& p = *run.parallel;
       std::printf("parallel %s: threads %lld  calls %lld  wall %.4f s  throughput %.1f calls/s  p50 %.4f ms  "
                   "p99 %.4f ms  max abs diff vs serial %.3e\n",
-                  r.models[m]->label.c_str(), static_cast<long long>(p.threads), static_cast<long long>(p.calls),
+                  r.models[m]->label().c_str(), static_cast<long long>(p.threads), static_cast<long long>(p.calls),
                   p.wall_s, static_cast<double>(p.calls) / p.wall_s, p.p50_ms, p.p99_ms, p.max_abs_diff);
     }
   }
@@ -582,8 +434,8 @@ void print_json(const Options& opt, const Report& r) {
   out += "], \"runs\": [";
   for (size_t m = 0; m < r.models.size(); ++m) {
     const Run& run = r.runs[m];
-    out += std::string(m ? ", " : "") + "{\"label\": " + json_string(printable(r.models[m]->label)) +
-           ", \"path\": " + json_string(printable(r.models[m]->path)) + ", \"median_ms\": " + json_number(run.median_ms) +
+    out += std::string(m ? ", " : "") + "{\"label\": " + json_string(printable(r.models[m]->label())) +
+           ", \"path\": " + json_string(printable(r.models[m]->path())) + ", \"median_ms\": " + json_number(run.median_ms) +
            ", \"min_ms\": " + json_number(run.min_ms) + ", \"hypatia_nodes\": {\"fused_linear_relu\": " +
            std::to_string(r.nodes[m].linear_relu) + ", \"fused_mlp\": " + std::to_string(r.nodes[m].mlp) + "}";
     if (run.parallel) {
@@ -628,17 +480,11 @@ void check_device(const c10::Device& device) {
   }
 }
 
-Model load_model(const std::string& path, const std::string& label, const Options& opt) {
-  Model model{path, label, hypatia::load_module(path)};
-  if (!opt.device.is_cpu() || opt.dtype) hypatia::convert_module(model.module, opt.device, opt.dtype);
-  return model;
-}
-
 // The inputs of the run: --input specs, --inputs FILE or the default [batch, features] input,
 // with the names of forward's arguments.
 Inputs make_inputs(const Options& opt, const Model& model, Report& report) {
-  const std::vector<c10::Argument> arguments = forward_arguments(model);
-  auto name = [&](size_t i) { return i < arguments.size() ? arguments[i].name() : "in" + std::to_string(i); };
+  const std::vector<std::string> names = model.input_names();
+  auto name = [&](size_t i) { return i < names.size() ? names[i] : "in" + std::to_string(i); };
   Inputs inputs;
   if (opt.inputs_file) {
     inputs = hypatia::run::load_inputs(*opt.inputs_file, opt.device, opt.dtype);
@@ -646,10 +492,11 @@ Inputs make_inputs(const Options& opt, const Model& model, Report& report) {
     std::vector<InputSpec> specs = opt.inputs;
     if (specs.empty()) {
       report.batch = opt.batch.value_or(64);
-      report.features = opt.features ? opt.features : infer_features(model.module);
-      if (!report.features || arguments.size() != 1) {
-        throw UsageError("cannot infer the input of " + printable(model.path) + " (forward takes " + signature(arguments) +
-                         "); give --input SHAPE[:DTYPE[:LOW..HIGH]] for each argument");
+      report.features = opt.features ? opt.features : model.infer_features();
+      if (!report.features || names.size() != 1) {
+        throw UsageError("cannot infer the input of " + printable(model.path()) + " (" +
+                         (model.is_package() ? "it takes " : "forward takes ") + model.signature() +
+                         "); give --input SHAPE[:DTYPE[:LOW..HIGH]] for each");
       }
       specs.push_back(InputSpec{{*report.batch, *report.features}});
     }
@@ -663,8 +510,8 @@ Inputs make_inputs(const Options& opt, const Model& model, Report& report) {
     return inputs;
   }
   for (size_t i = 0; i < inputs.args.size(); ++i) report.inputs.push_back({name(i), inputs.args[i], std::nullopt});
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    const auto it = inputs.kwargs.find(arguments[i].name());
+  for (const std::string& n : names) {
+    const auto it = inputs.kwargs.find(n);
     if (it != inputs.kwargs.end()) report.inputs.push_back({it->first, it->second, std::nullopt});
   }
   return inputs;
@@ -681,26 +528,31 @@ int run_main(const Options& opt) {
   const c10::DeviceGuard device_guard(opt.device);
   at::NoGradGuard no_grad;
 
+  const auto runners = static_cast<size_t>(std::max<int64_t>(opt.parallel, 1));
+  const bool packages = hypatia::run::is_package_path(opt.model) || (opt.compare && hypatia::run::is_package_path(*opt.compare));
+  if (packages && (opt.fuse || opt.freeze)) {
+    throw UsageError("--fuse and --freeze rewrite TorchScript models; an AOTInductor package (.pt2) is compiled");
+  }
   std::vector<Model> models;
-  models.push_back(load_model(opt.model, opt.freeze ? "original (frozen)" : "original", opt));
+  models.push_back(Model::load(opt.model, opt.freeze ? "original (frozen)" : "original", opt.device, opt.dtype, runners));
   Report report;
   if (opt.fuse) {
-    Model fused{opt.model, opt.freeze ? "fused (hypatia::fuse, frozen)" : "fused (hypatia::fuse)", models[0].module.clone()};
-    report.fusion = hypatia::fuse(fused.module, hypatia::FuseOptions{opt.freeze, opt.mlp});
+    Model fused(opt.model, opt.freeze ? "fused (hypatia::fuse, frozen)" : "fused (hypatia::fuse)", models[0].module().clone());
+    report.fusion = hypatia::fuse(fused.module(), hypatia::FuseOptions{opt.freeze, opt.mlp});
     models.push_back(fused);
   } else if (opt.compare) {
-    models.push_back(load_model(*opt.compare, "compare (" + printable(*opt.compare) + ")", opt));
-    if (opt.freeze) models[1].module = torch::jit::freeze(models[1].module);
+    models.push_back(Model::load(*opt.compare, "compare (" + printable(*opt.compare) + ")", opt.device, opt.dtype, runners));
+    if (opt.freeze) models[1].module() = torch::jit::freeze(models[1].module());
   }
-  if (opt.freeze) models[0].module = torch::jit::freeze(models[0].module);
+  if (opt.freeze) models[0].module() = torch::jit::freeze(models[0].module());
 
   const Inputs inputs = make_inputs(opt, models[0], report);
-  for (const Model& model : models) check_inputs(model, inputs);
+  for (const Model& model : models) model.check_inputs(inputs);
 
   // One untimed call of each model first (the first of --warmup): a model that fails on these
   // inputs is a one-line error before anything is printed.
   for (const Model& model : models) {
-    const std::string failed = printable(model.path) + ": forward failed" +
+    const std::string failed = printable(model.path()) + ": forward failed" +
                                (opt.dtype ? " with --dtype " + hypatia::run::dtype_name(*opt.dtype) : std::string()) + ": ";
     try {
       model.forward(inputs);
@@ -715,7 +567,7 @@ int run_main(const Options& opt) {
   }
   for (const Model& model : models) {
     report.models.push_back(&model);
-    report.nodes.push_back(hypatia_nodes(model));
+    report.nodes.push_back(model.hypatia_nodes());
   }
   report.runs.resize(models.size());
   time_forwards(report.models, inputs, opt, report.runs);

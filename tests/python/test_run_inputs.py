@@ -113,7 +113,7 @@ def test_image_model(models, device):
     out = hypatia_run(models["image"], "--input", "2x3x16x16", "--compare", models["image_frozen"], "--device", device,
                       *FAST).stdout
     assert field(out, "inputs") == "x=2x3x16x16:float32"
-    assert_small(out)
+    assert_small(out, tolerance=1e-5 if device == "cpu" else 2e-3)  # cuDNN convolutions may take TF32
     fused = hypatia_run(models["image"], "--input", "2x3x16x16", "--fuse", "--device", device, *FAST).stdout
     assert node_counts(fused, "fused") == [0, 1]  # fc1 -> relu -> fc2
     assert_small(fused)
