@@ -254,12 +254,21 @@ void time_forwards(const std::vector<const Model*>& models, const Inputs& inputs
   }
 }
 
+// The larger of two differences, NaN if either is.
+double nan_max(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+}
+
+// The largest `field` over the leaves.
+double worst(const std::vector<hypatia::run::LeafDiff>& diffs, double hypatia::run::LeafDiff::*field) {
+  double out = 0;
+  for (const auto& d : diffs) out = nan_max(out, d.*field);
+  return out;
+}
+
 double max_abs_diff(const c10::IValue& reference, const c10::IValue& candidate) {
-  double worst = 0;
-  const auto diffs = hypatia::run::compare_outputs(hypatia::run::flatten_output(reference),
-                                                   hypatia::run::flatten_output(candidate));
-  for (const auto& d : diffs) worst = std::isnan(d.max_abs) || std::isnan(worst) ? NAN : std::max(worst, d.max_abs);
-  return worst;
+  return worst(hypatia::run::compare_outputs(hypatia::run::flatten_output(reference), hypatia::run::flatten_output(candidate)),
+               &hypatia::run::LeafDiff::max_abs);
 }
 
 // opt.parallel threads call `model` at once, each `opt.warmup` untimed and `opt.iters` timed
@@ -315,8 +324,7 @@ ParallelRun run_parallel(const Model& model, const Inputs& inputs, const Options
   std::vector<double> all;
   for (size_t t = 0; t < n; ++t) {
     all.insert(all.end(), ms[t].begin(), ms[t].end());
-    const double diff = max_abs_diff(serial, outputs[t]);
-    result.max_abs_diff = std::isnan(diff) || std::isnan(result.max_abs_diff) ? NAN : std::max(result.max_abs_diff, diff);
+    result.max_abs_diff = nan_max(result.max_abs_diff, max_abs_diff(serial, outputs[t]));
   }
   std::sort(all.begin(), all.end());
   result.calls = static_cast<int64_t>(all.size());
@@ -364,12 +372,6 @@ struct Report {
   std::optional<hypatia::FusionReport> fusion;
   std::vector<hypatia::run::LeafDiff> diffs;
 };
-
-double worst(const std::vector<hypatia::run::LeafDiff>& diffs, double hypatia::run::LeafDiff::*field) {
-  double out = 0;
-  for (const auto& d : diffs) out = std::isnan(d.*field) || std::isnan(out) ? NAN : std::max(out, d.*field);
-  return out;
-}
 
 void print_text(const Options& opt, const Report& r) {
   std::printf("model: %s\n", printable(opt.model).c_str());

@@ -373,9 +373,9 @@ class Checker:
                     continue
                 ok = result["ok"]
                 if not ok:
-                    message = result["error"]
-                    if result["type"] != "RuntimeError" or "\n" in message.strip() or not message.isprintable():
-                        findings.append(f"fuse_file: {result['type']} not one printable line: {message[:400]!r}")
+                    error = result["error"]
+                    if result["type"] != "RuntimeError" or "\n" in error.strip() or not error.isprintable():
+                        findings.append(f"fuse_file: {result['type']} not one printable line: {error[:400]!r}")
                 outcome.append("fuse_file=" + ("0" if ok else "err"))
             self.output_rules(tool, ok, out_dir, out, findings)
         rc, _, stderr = run_cli([self.run, str(src), *run_flags, "--iters", "1", "--warmup", "1", "--threads", "1"],
@@ -469,6 +469,8 @@ def main(argv=None) -> int:
     parser.add_argument("--log", type=Path, help="write the log here (default: stdout)")
     parser.add_argument("--jobs", type=int, default=2, help="files checked at once (default 2)")
     parser.add_argument("--keep", type=Path, help="copy every file that broke a rule into this directory")
+    parser.add_argument("--only", type=lambda text: {int(i) for i in text.split(",")},
+                        help="check only these files of the plan (comma-separated indices), e.g. to reproduce a finding")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -515,28 +517,30 @@ def main(argv=None) -> int:
                     shutil.copy(path, args.keep / f"{index.strip('#')}.pt")
             log(f"{index} {description} :: {outcome}" + "".join(f"\n    FINDING {f}" for f in findings))
 
-        for k, (description, path, flags, as_nobody) in enumerate(fixed_cases(bases, work)):
-            outcome, findings = checker.check(path, flags, work / f"fixed-{k}", as_nobody)
-            record(f"#F{k}", description, outcome, findings, None)
-        for description, findings in output_path_cases(checker, bases, work):
-            record("#O", description, "rejected" if not findings else "broke a rule", findings, None)
+        if args.only is None:
+            for k, (description, path, flags, as_nobody) in enumerate(fixed_cases(bases, work)):
+                outcome, findings = checker.check(path, flags, work / f"fixed-{k}", as_nobody)
+                record(f"#F{k}", description, outcome, findings, None)
+            for description, findings in output_path_cases(checker, bases, work):
+                record("#O", description, "rejected" if not findings else "broke a rule", findings, None)
 
         rng = random.Random(args.seed)
         plan = []
         for i in range(args.count):
             name = rng.choice(names)
             description, data = mutate(rng, base_bytes[name])
-            plan.append((i, name, description, data))
+            if args.only is None or i in args.only:
+                plan.append((i, name, description, data))
 
         def one(item):
             i, name, description, data = item
-            case_dir = work / f"case-{i % (4 * args.jobs)}"
-            shutil.rmtree(case_dir, ignore_errors=True)
+            case_dir = work / f"case-{i}"
             case_dir.mkdir(parents=True)
             src = case_dir / "in.pt"
             src.write_bytes(data)
             outcome, findings = checker.check(src, bases[name][1], case_dir)
             record(f"#{i:04d}", f"{name}: {description}", outcome, findings, src)
+            shutil.rmtree(case_dir, ignore_errors=True)
 
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
