@@ -103,6 +103,31 @@ def test_storage_smaller_than_its_tensor(frozen, tmp_path):
                                               " of storage, which has 4")
 
 
+def test_constant_offset_past_its_storage(tmp_path):
+    """Found by mutate_pt.py (a constant's offset raised to 65535): torch's loader compares equal-typed
+    constants (ConstantPooling) while it compiles the file's code, and read past the storage: SIGSEGV
+    in both apps before anything could check the loaded module."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16)).eval()  # equal-typed constants
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.freeze(torch.jit.script(model)).save(str(tmp_path / "frozen.pt"))
+
+    def move_offset(name, data):
+        if not name.endswith("constants.pkl"):
+            return data
+        import pickletools
+        ops = list(pickletools.genops(data))
+        # _rebuild_tensor_v2's arguments: the storage (BINPERSID), then the offset.
+        i = next(i for i, (op, _, _) in enumerate(ops) if op.name == "BINPERSID")
+        op, offset, pos = next(o for o in ops[i + 1:] if o[0].name in ("BININT", "BININT1", "BININT2"))
+        assert offset == 0
+        return data[:pos] + mutate_pt.encode_int(65535) + data[pos + mutate_pt.op_length(op.name, data, pos):]
+
+    bad = rewrite(tmp_path / "frozen.pt", tmp_path / "offset.pt", move_offset)
+    assert_rejected_everywhere(bad, tmp_path, "and offset 65535 needs")
+
+
 def test_broken_source_is_one_printable_line(frozen, tmp_path):
     """Control and non-UTF-8 bytes in the archive's code reach the compiler's error message:
     escaped, on one line."""
