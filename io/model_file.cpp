@@ -372,7 +372,10 @@ Loaded load_checked(const std::string& path, const std::string& as, const std::v
 
 torch::jit::Module load_module(const std::string& path) {
   torch::jit::Module module = load_checked<torch::jit::Module>(
-      path, "a TorchScript model", {"constants", "data"}, [&] { return torch::jit::load(path, c10::Device(c10::kCPU)); },
+      path, "a TorchScript model", {"constants", "data"},
+      // Without the debug files (code/*.debug_pkl: source ranges for tracebacks), which torch parses
+      // lazily, unchecked, when the code is printed again: a corrupt one crashed Module::save.
+      [&] { return torch::jit::load(path, c10::Device(c10::kCPU), /*load_debug_files=*/false); },
       [](const torch::jit::Module& m, const TensorVisitor& visit) { for_each_tensor(m, visit); });
   module.eval();
   return module;

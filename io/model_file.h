@@ -45,7 +45,9 @@ void check_tensors(const c10::IValue& value, const std::string& name);
 // Loads the TorchScript file `path` on the CPU and checks it: every storage at most as large as
 // the archive record that holds its bytes, then check_tensors. Throws c10::Error with one
 // printable line when `path` is not a readable regular file, not a TorchScript archive, or
-// holds a tensor that does not fit its storage.
+// holds a tensor that does not fit its storage. The file's debug files (code/*.debug_pkl, the
+// original Python source ranges of its code) are not read: tracebacks point into the code
+// itself, and a module saved again gets debug files for that code.
 torch::jit::Module load_module(const std::string& path);
 
 // Loads what torch.save wrote to `path` (any pickled value of tensors, lists, tuples, dicts,

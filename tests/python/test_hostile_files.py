@@ -5,6 +5,7 @@ from a small frozen model, by rewriting members of its zip archive; tests/hostil
 the same at scale and the smoke test at the end runs a slice of it."""
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -126,6 +127,47 @@ def test_constant_offset_past_its_storage(tmp_path):
 
     bad = rewrite(tmp_path / "frozen.pt", tmp_path / "offset.pt", move_offset)
     assert_rejected_everywhere(bad, tmp_path, "and offset 65535 needs")
+
+
+def test_corrupt_debug_info_is_not_read(tmp_path):
+    """Found by mutate_pt.py: a text index in a .debug_pkl (the Python source ranges of the code)
+    past the string table. torch parses these lazily and unchecked when the code is printed again:
+    Module::save died with SIGSEGV (so does torch.jit.load(f).save(g) in Python). The entry points
+    do not read the debug files, so the model loads, fuses and saves as if they were absent."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16)).eval()
+    x = torch.randn(3, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.trace(model, x).save(str(tmp_path / "traced.pt"))
+
+    def bad_text_index(name, data):
+        if not name.endswith(".debug_pkl"):
+            return data
+        import pickletools
+        ops = list(pickletools.genops(data))
+        # A source's text indices: build_intlist's list, the ints between EMPTY_LIST MARK and APPENDS.
+        for k in range(len(ops) - 1):
+            if ops[k][0].name == "EMPTY_LIST" and ops[k + 1][0].name == "MARK":
+                ints = [o for o in ops[k + 2:k + 6] if o[0].name == "BININT1"]
+                if len(ints) >= 2:
+                    op, _, pos = ints[1]
+                    return data[:pos] + mutate_pt.encode_int(200) + data[pos + 2:]
+        return data
+
+    src = rewrite(tmp_path / "traced.pt", tmp_path / "debug.pt", bad_text_index)
+    assert src.read_bytes() != (tmp_path / "traced.pt").read_bytes()
+    before = sha(src)
+    result = subprocess.run([str(FUSE), str(src), str(tmp_path / "cli.pt")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    hypatia_ops.fuse_file(src, tmp_path / "py.pt")
+    run = subprocess.run([str(RUN), str(src), "--compare", str(tmp_path / "cli.pt"), "--iters", "1"], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0 and float(re.search(r"^rel error: (\S+)$", run.stdout, re.M).group(1)) < 1e-6, run
+    with torch.no_grad():
+        for out in ("cli.pt", "py.pt"):
+            torch.testing.assert_close(torch.jit.load(str(tmp_path / out))(x), model(x))
+    assert sha(src) == before
 
 
 def test_broken_source_is_one_printable_line(frozen, tmp_path):
