@@ -339,6 +339,14 @@ void check_input_file(const std::string& path) {
   ::close(fd);
 }
 
+// The loader's message without the sentence PyTorchStreamReader appends to every zip error
+// ("This is an internal miniz error. If you are seeing this error, ...").
+std::string loader_error(const std::string& message) {
+  const std::string line = error_line(message);
+  const size_t boilerplate = line.find(" This is an internal miniz error.");
+  return boilerplate == std::string::npos ? line : line.substr(0, boilerplate);
+}
+
 // check_archive, then `load`, then every tensor of what it loaded (`for_each`) checked again.
 // Errors are one line: "cannot load 'PATH' as AS: ..." or "'PATH' is corrupt: ...".
 template <typename Loaded, typename Load, typename ForEach>
@@ -361,9 +369,9 @@ Loaded load_checked(const std::string& path, const std::string& as, const std::v
   } catch (const CorruptFile& e) {
     C10_THROW_ERROR(Error, corrupt + error_line(e.what()));
   } catch (const c10::Error& e) {
-    C10_THROW_ERROR(Error, cannot + error_line(e.what_without_backtrace()));
+    C10_THROW_ERROR(Error, cannot + loader_error(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    C10_THROW_ERROR(Error, cannot + error_line(e.what()));
+    C10_THROW_ERROR(Error, cannot + loader_error(e.what()));
   }
   return loaded;
 }

@@ -495,7 +495,9 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="hostile-"))
     os.chmod(work, 0o777)
     log(f"# hostile files: {args.count} mutated + fixed cases, seed {args.seed}, build {build}")
-    log(f"# torch {torch.__version__}, {'sanitizer build' if 'libasan' in asan else 'plain build'}, jobs {args.jobs}")
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    log(f"# commit {commit.strip() or 'unknown'}, torch {torch.__version__}, "
+        f"{'sanitizer build' if 'libasan' in asan else 'plain build'}, jobs {args.jobs}")
     checker = Checker(build, env)
     findings_total: List[str] = []
     tally = collections.Counter()
