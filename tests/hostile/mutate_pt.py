@@ -21,7 +21,7 @@ checked on a valid model.
 
 Exit status 0 when nothing broke a rule; the log (stdout, or --log) has one line per file and a
 summary at its end. With a sanitizer build (--build build-asan), the Python worker runs with the
-sanitizer runtime preloaded (libasan from `gcc -print-file-name`).
+sanitizer runtime preloaded (libasan and libstdc++ from `gcc -print-file-name`).
 """
 import argparse
 import collections
@@ -480,8 +480,11 @@ def main(argv=None) -> int:
     env = dict(os.environ, HYPATIA_OPS_LIBRARY=str(build / "libhypatia_ops.so"), PYTHONWARNINGS="ignore")
     asan = subprocess.run(["ldd", str(build / "hypatia-fuse")], capture_output=True, text=True).stdout
     if "libasan" in asan:
-        libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
-        env["LD_PRELOAD"] = libasan
+        # libstdc++ too: Python does not link it, and ASan's __cxa_throw interceptor needs it loaded
+        # when the runtime starts.
+        env["LD_PRELOAD"] = " ".join(
+            subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip()
+            for lib in ("libasan.so", "libstdc++.so"))
         env.setdefault("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")
         env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
     log_file = open(args.log, "w") if args.log else sys.stdout
