@@ -1,7 +1,8 @@
-// hypatia-run: loads a TorchScript model, runs it on random inputs (or inputs saved from Python)
-// and reports its latency; with --fuse (or --compare FILE) it also runs a second model on the same
-// inputs and compares the two: latency medians, speed ratio, hypatia node counts and the
-// difference of every output. --parallel N also runs N threads calling each model at once.
+// hypatia-run: loads a TorchScript model or an AOTInductor package, runs it on random inputs (or
+// inputs saved from Python) and reports its latency; with --fuse (or --compare FILE) it also runs
+// a second model on the same inputs and compares the two: latency medians, speed ratio, hypatia
+// node counts and the difference of every output. --parallel N also runs N threads calling each
+// model at once.
 //
 // Linked with -Wl,--no-as-needed against libhypatia_ops.so: the hypatia:: ops register
 // themselves from static initialisers, which must run before a model that calls them is loaded.
@@ -46,11 +47,12 @@ using hypatia::run::NodeCounts;
 using hypatia::run::UsageError;
 
 constexpr const char* kUsage =
-    "usage: hypatia-run MODEL.pt [--fuse] [--freeze] [--no-mlp] [--compare OTHER.pt]\n"
+    "usage: hypatia-run MODEL.pt|MODEL.pt2 [--fuse] [--freeze] [--no-mlp] [--compare OTHER.pt|OTHER.pt2]\n"
     "                   [--input SHAPE[:DTYPE[:LOW..HIGH]] ... | --inputs FILE] [--dtype bf16|fp16|fp32|fp64]\n"
     "                   [--device cpu|cuda|cuda:N] [--batch N] [--features N] [--iters N] [--warmup N]\n"
     "                   [--threads N] [--parallel N] [--seed N] [--json]\n"
-    "  Runs MODEL.pt on random inputs and prints its median latency (docs/cpp_app.md).\n"
+    "  Runs a TorchScript model or an AOTInductor package (.pt2) on random inputs and prints its\n"
+    "  median latency (docs/cpp_app.md).\n"
     "  --input SPEC    one per forward argument, e.g. 8x3x224x224 or 8x128:int64:0..30000 (values in\n"
     "                  [0, 30000)); default dtype float32 (N(0, 1)); without --input or --inputs, a\n"
     "                  float32 [batch, features] input for models whose first layer gives features\n"
