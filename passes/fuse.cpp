@@ -3,6 +3,7 @@
 
 #include "passes/fuse_linear_relu.h"
 #include "passes/fuse_mlp.h"
+#include "io/text.h"
 
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/inliner.h>
@@ -11,28 +12,6 @@
 
 namespace hypatia {
 namespace {
-
-// Strings are built by concatenation: std::ostringstream in this library crashed inside Python
-// processes on the GPU machine (gcc 13), as streaming a SymInt had before (ops/checks.cpp).
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          const char* hex = "0123456789abcdef";
-          out += std::string("\\u00") + hex[c >> 4] + hex[c & 15];
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + '"';
-}
 
 void add(FusionReport& into, const FusionReport& from) {
   into.linear_relu += from.linear_relu;

@@ -1,6 +1,7 @@
 // Private ops through which Python reaches the TorchScript passes, so that no Python extension
-// module is needed: torch.ops.hypatia._fuse_module(script_module._c, freeze, mlp) and
-// torch.ops.hypatia._enable_auto_fusion().
+// module is needed: torch.ops.hypatia._fuse_module(script_module._c, freeze, mlp),
+// torch.ops.hypatia._fuse_file(src, dst, freeze, mlp) and torch.ops.hypatia._enable_auto_fusion().
+#include "io/model_file.h"
 #include <hypatia/fuse.h>
 
 #include <ATen/core/stack.h>
@@ -22,10 +23,20 @@ void fuse_module(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   torch::jit::push(*stack, fused._ivalue(), report.to_json());
 }
 
+// hypatia-fuse's work: src loaded and checked, fused, saved atomically to dst (never src).
+std::string fuse_file(const std::string& src, const std::string& dst, bool freeze, bool mlp) {
+  hypatia::check_output_path(dst, src);
+  torch::jit::Module module = hypatia::load_module(src);
+  const hypatia::FusionReport report = hypatia::fuse(module, {freeze, mlp});
+  hypatia::save_module(module, dst, src);
+  return report.to_json();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(hypatia, m) {
   m.def("_fuse_module(Any module, bool freeze, bool mlp) -> (Any, str)",
         torch::CppFunction::makeFromBoxedFunction<&fuse_module>());
+  m.def("_fuse_file(str src, str dst, bool freeze, bool mlp) -> str", &fuse_file);
   m.def("_enable_auto_fusion() -> ()", [] { hypatia::enable_auto_fusion(); });
 }

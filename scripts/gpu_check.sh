@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (no network, torch in the system python3):
-#   gpu_check.sh [all|build|tests|bench|multi|frontends|frontends-tests|frontends-bench] [bench_ops.py / bench_frontends.py arguments...]
+#   gpu_check.sh [all|build|tests|bench|multi|apps|frontends|frontends-tests|frontends-bench] [bench_ops.py / bench_frontends.py arguments...]
 # build: only the sm_90 build (a device call of its own, so that `tests` on the same warm machine
 # fits the device tool's 10 minutes a call: on a fresh H100 machine build + tests took ~10 min);
 # tests: build (if not done) and run the whole suite, then the bundled models end to end on CUDA
@@ -12,6 +12,8 @@
 # --profile with the remaining arguments; frontends: both. The benchmark writes its files after each
 # row; a full run takes two device calls, each with part of the models (--models ...), the second
 # merging the first's frontends.json (--merge FILE).
+# apps: build, then the tests of hypatia-run and hypatia-fuse on CPU and CUDA (inputs, --parallel
+# on streams, AOTInductor packages compiled for and run on the GPU, hostile files): apps.log.
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
 # Logs and results go to $OUT (the device tool's folder), else to the committed current results:
 # docs/perf/h100/ (multi: docs/perf/multi-gpu/), which they replace (docs/perf/README.md).
@@ -37,7 +39,7 @@ header() {
   echo "nvcc: $(nvcc --version | tail -n 1)"
 }
 
-if [ "$phase" = build ] || [ "$phase" = multi ]; then
+if [ "$phase" = build ] || [ "$phase" = multi ] || [ "$phase" = apps ]; then
   bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   echo "built $HYPATIA_OPS_LIBRARY"
 fi
@@ -90,6 +92,14 @@ if [ "${phase#frontends}" != "$phase" ]; then
     python3 "$root/scripts/bench_frontends.py" --device cuda --profile --out "$out" "$@" 2>&1 | tee "$out/frontends_bench.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   fi
+fi
+
+if [ "$phase" = apps ]; then
+  log="$out/apps.log"
+  header "Hypatia Ops apps: hypatia-run (inputs, --parallel, .pt2 packages) and hostile files" >"$log"
+  (cd "$root" && python3 -m pytest -q -rs --durations=10 tests/python/test_run_inputs.py tests/python/test_aoti_package.py \
+    tests/python/test_hostile_files.py tests/python/test_models_app.py 2>&1) | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if [ "$phase" = all ] || [ "$phase" = bench ]; then

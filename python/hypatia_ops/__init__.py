@@ -196,10 +196,15 @@ def fuse_file(
     src: Union[str, os.PathLike], dst: Union[str, os.PathLike], freeze: bool = False, mlp: bool = True
 ) -> FusionReport:
     """Loads the TorchScript file ``src``, fuses it as :func:`fuse` does and saves it to ``dst``.
-    Returns the report. Loading ``dst`` later needs this package imported (it registers the ops)."""
-    fused, report = fuse(torch.jit.load(str(src)), freeze=freeze, mlp=mlp, return_report=True)
-    fused.save(str(dst))
-    return report
+    Returns the report. Loading ``dst`` later needs this package imported (it registers the ops).
+
+    As ``hypatia-fuse`` does (the same C++ code, ``io/model_file.h``): every tensor of ``src`` is
+    checked against its storage before anything reads it, and ``dst`` is written to a temporary
+    file in its directory, then renamed, so that it is either the whole model or left as it was.
+    Raises ``RuntimeError`` with a one-line message when ``src`` is not a valid TorchScript file,
+    ``dst`` is a directory, cannot be written, or is the same file as ``src``."""
+    report_json = torch.ops.hypatia._fuse_file(os.fsdecode(src), os.fsdecode(dst), bool(freeze), bool(mlp))
+    return FusionReport.from_json(report_json)
 
 
 def enable_auto_fusion() -> None:
