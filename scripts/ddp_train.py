@@ -203,6 +203,11 @@ def main():
             ok = check(args, rank, world, device)
         if args.bench:
             ok = bench(args, rank, world, device) and ok
+        # Every rank finishes before any tears gloo down: a rank that destroyed its process group
+        # while its peer still worked (rank 0's one-process reference, its JSON) made the peer's
+        # gloo threads abort it at exit ("terminate called without an active exception": CI,
+        # 2026-11-25). Not in `finally`: after an error on one rank the other would wait here.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     sys.exit(0 if ok else 1)
