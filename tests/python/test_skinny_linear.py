@@ -1,7 +1,9 @@
 """The skinny-linear CUDA kernel (ops/cuda/skinny_linear_kernel.cu: act(x @ w.T + b) for 1..256 rows),
 forced onto every problem it covers (HYPATIA_SKINNY_LINEAR=1, read once per process, hence the
 subprocesses) and checked against float64; the autotuner's log must name it for each covered
-problem and for no other. Skipped without a GPU."""
+problem and for no other. Every other choice is forced too (HYPATIA_CUBLASLT_AUTOTUNE=0: the
+heuristic's first candidate that passes the probes, untimed), so that no result or assertion
+depends on timings, which a busy GPU (8 pytest workers) skews. Skipped without a GPU."""
 import re
 
 import pytest
@@ -13,7 +15,8 @@ pytestmark = requires_cuda
 
 def run_cases(*args):
     return autotuner_log("skinny_linear_cases.py", *args,
-                         env={"HYPATIA_SKINNY_LINEAR": "1", "HYPATIA_DISABLE_NARROW_MLP": "1"})
+                         env={"HYPATIA_SKINNY_LINEAR": "1", "HYPATIA_CUBLASLT_AUTOTUNE": "0",
+                              "HYPATIA_DISABLE_NARROW_MLP": "1", "HYPATIA_CUBLASLT_SEARCH": None})
 
 
 def forward_problems(lines):
