@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# The sanitizer runs (docs/reliability/README.md#sanitizers):
+#   sanitize.sh cpu [OUT_DIR]   ASan+UBSan build in build-asan (CPU only), ctest, then a pytest subset
+#                               with the runtime preloaded into Python: asan-ubsan-cpu.log
+#   sanitize.sh tsan [OUT_DIR]  ThreadSanitizer build in build-tsan (CPU only), the concurrency
+#                               GoogleTests: tsan-cpu.log
+#   sanitize.sh gpu [OUT_DIR]   on a GPU machine: compute-sanitizer memcheck, racecheck, initcheck and
+#                               synccheck (the four at once, a log each: compute-sanitizer-TOOL.log)
+#                               over the CUDA GoogleTests and a pytest subset, with
+#                               PYTORCH_NO_CUDA_MEMORY_CACHING=1; the build is $HYPATIA_BUILD_DIR, else
+#                               build-gpu (sm_90, built first if it has no library).
+# Logs go to OUT_DIR, else $OUT, else docs/reliability/. Each mode exits non-zero on any report (or
+# failed test); each log ends with a summary line. HYPATIA_SANITIZE_PYTEST="..." replaces a mode's
+# pytest subset (test ids / files, e.g. to bisect a report).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mode="${1:-}"
+out="${2:-${OUT:-$root/docs/reliability}}"
+case "$mode" in cpu|tsan|gpu) ;; *) echo "usage: $0 cpu|tsan|gpu [OUT_DIR]" >&2; exit 2 ;; esac
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+supp="$root/scripts/sanitizers"
+export PYTHONUNBUFFERED=1
+
+header() {  # a log's first lines
+  echo "# $1"
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: ${HYPATIA_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}$(
+    git -C "$root" diff --quiet HEAD -- CMakeLists.txt ops registration passes io apps include tests/cpp 2>/dev/null || echo ' (with uncommitted changes to the sources)')"
+  echo "host: $(nproc) cores, $(uname -sr), $(g++ --version | head -n 1)"
+  echo "command: bash scripts/sanitize.sh $mode${2:+ $2}"
+}
+
+# Runs "$@", its output to the log; fails the mode where it fails.
+status=0
+step() {
+  local title="$1"
+  shift
+  echo
+  echo "## $title"
+  echo "\$ $*"
+  local started=$SECONDS
+  "$@" 2>&1
+  local rc=$?
+  echo "-> exit $rc, $((SECONDS - started)) s"
+  [ "$rc" = 0 ] || status=1
+}
+
+# Counts the reports that the runtimes wrote under $1 (log_path=DIR/report), prints them, and fails
+# the mode where there is one.
+reports_in() {
+  local dir="$1" what="$2" count
+  count=$(cat "$dir"/report* 2>/dev/null | grep -cE '^(==[0-9]+==)?(ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|SUMMARY: UndefinedBehaviorSanitizer)|: runtime error: ' || true)
+  echo
+  echo "## reports"
+  for f in "$dir"/report*; do
+    [ -e "$f" ] && { echo "### $f"; cat "$f"; }
+  done
+  echo "$what: $count reports"
+  [ "$count" = 0 ] || status=1
+}
+
+sanitized_build() {  # DIR SANITIZERS
+  HYPATIA_BUILD_DIR="$1" bash "$root/scripts/build.sh" -DHYPATIA_WITH_CUDA=OFF -DHYPATIA_SANITIZE="$2" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/build-$(basename "$1").log" 2>&1 \
+    || { tail -40 "$out/build-$(basename "$1").log"; return 1; }
+}
+
+if [ "$mode" = cpu ]; then
+  source "$root/scripts/setup_env.sh" || exit 1
+  build="$root/build-asan"
+  log="$out/asan-ubsan-cpu.log"
+  reports="$(mktemp -d)"
+  started=$SECONDS
+  {
+    header "ASan + UBSan, CPU: GoogleTest (ctest) and a pytest subset" "${2:-}"
+    # Programs linked with ASan load its runtime first themselves; leaks are checked in them. Set
+    # before the build, whose test discovery runs the test programs.
+    export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1:halt_on_error=1:log_path=$reports/report:suppressions=$supp/asan.supp"
+    export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/report:suppressions=$supp/ubsan.supp"
+    step "build ($build, -DHYPATIA_SANITIZE=address,undefined)" sanitized_build "$build" address,undefined
+    step "ctest" bash -c "cd '$build' && ctest -j '$(nproc)' --output-on-failure --timeout 900"
+    # Python is not linked with ASan: its runtime must come first in the process, so it is preloaded,
+    # with libstdc++ beside it (ASan's __cxa_throw interceptor resolves the real one when the runtime
+    # starts; Python does not link libstdc++, so without it every C++ exception aborts the process).
+    # Leaks are not checked in Python: CPython and torch keep memory to the end by design.
+    LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+    ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS#detect_leaks=1:}" \
+    HYPATIA_OPS_LIBRARY="$build/libhypatia_ops.so" HYPATIA_BUILD_DIR="$build" PYTHONWARNINGS=ignore \
+      step "pytest subset, runtime preloaded" bash -c "cd '$root' && '$HYPATIA_PY' -m pytest -p no:cacheprovider -q -x \
+        ${HYPATIA_SANITIZE_PYTEST:-tests/python/test_forward.py tests/python/test_autograd.py tests/python/test_errors.py \
+        tests/python/test_relu_mask.py tests/python/test_buffer_cache.py tests/python/test_passes.py \
+        tests/python/test_mlp_training.py tests/python/test_run_inputs.py tests/python/test_models_app.py}"
+    reports_in "$reports" "ASan + UBSan"
+    echo "summary: ASan + UBSan: $( [ $status = 0 ] && echo "0 reports, every test passed" || echo FAILED), $((SECONDS - started)) s"
+  } 2>&1 | tee "$log"
+  rm -rf "$reports"
+  grep -q "^summary: .*0 reports, every test passed" "$log"
+  exit $?
+fi
+
+if [ "$mode" = tsan ]; then
+  source "$root/scripts/setup_env.sh" || exit 1
+  build="$root/build-tsan"
+  log="$out/tsan-cpu.log"
+  reports="$(mktemp -d)"
+  started=$SECONDS
+  {
+    header "ThreadSanitizer, CPU: the concurrency GoogleTests" "${2:-}"
+    # libgomp is not instrumented: TSan cannot see its barriers and would report the OpenMP workers'
+    # writes as races with the caller's reads after the region. One OpenMP thread keeps every
+    # at::parallel_for on its caller (the races under test are between the 16 test threads).
+    export OMP_NUM_THREADS=1
+    export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:history_size=4:log_path=$reports/report:suppressions=$supp/tsan.supp"
+    step "build ($build, -DHYPATIA_SANITIZE=thread)" sanitized_build "$build" thread
+    step "test_concurrency (CPU tests)" "$build/tests/cpp/test_concurrency" --gtest_filter='Concurrency.*'
+    step "test_ops (the ops' first calls in this process)" "$build/tests/cpp/test_ops"
+    reports_in "$reports" "ThreadSanitizer"
+    echo "summary: ThreadSanitizer: $( [ $status = 0 ] && echo "0 reports, every test passed" || echo FAILED), $((SECONDS - started)) s"
+  } 2>&1 | tee "$log"
+  rm -rf "$reports"
+  grep -q "^summary: .*0 reports, every test passed" "$log"
+  exit $?
+fi
+
+# gpu
+export HYPATIA_SYSTEM_PYTHON="${HYPATIA_SYSTEM_PYTHON:-1}"
+build="${HYPATIA_BUILD_DIR:-$root/build-gpu}"
+if [ ! -f "$build/libhypatia_ops.so" ]; then
+  HYPATIA_BUILD_DIR="$build" bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build-gpu.log" 2>&1 \
+    || { tail -40 "$out/build-gpu.log"; exit 1; }
+fi
+source "$root/scripts/setup_env.sh" || exit 1
+export HYPATIA_OPS_LIBRARY="$build/libhypatia_ops.so" HYPATIA_BUILD_DIR="$build"
+# Every allocation a cudaMalloc of its own, so that the tools see each tensor's bounds and lifetime.
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+# Fewer concurrency calls under the tools (10,000 in the normal suite); the pytest subset takes the
+# library's kernels untimed where they apply (the skinny kernel too) instead of timing every candidate.
+export HYPATIA_TEST_CONCURRENCY_CALLS="${HYPATIA_TEST_CONCURRENCY_CALLS:-320}"
+cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+gtests=(
+  "$build/tests/cpp/test_cuda_kernels"
+  "$build/tests/cpp/test_concurrency --gtest_filter=ConcurrencyCuda.*"
+  "$build/tests/cpp/test_ops --gtest_filter=FusedLinearReLU.*:FusedMLP.*"
+)
+pytest_subset="${HYPATIA_SANITIZE_PYTEST:-tests/python/test_narrow_mlp.py::test_many_tiles_per_warp \
+tests/python/test_narrow_mlp.py::test_training_runs_the_narrow_kernels \
+tests/python/test_cuda.py::test_cuda_graph_capture_and_replay \
+tests/python/test_autograd.py::test_gradients_match_eager_autograd \
+tests/python/test_relu_mask.py::test_backward_through_the_mask_bits_matches_eager}"
+
+run_tool() {  # TOOL: every step under it, its log; the log's last line is the tool's total
+  local tool="$1" log="$out/compute-sanitizer-$1.log" errors=0 n
+  {
+    header "compute-sanitizer --tool $tool: CUDA GoogleTests and a pytest subset" "${2:-}"
+    echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
+    echo "compute-sanitizer: $("$cs" --version | tail -n 1)"
+    echo "PYTORCH_NO_CUDA_MEMORY_CACHING=1 HYPATIA_TEST_CONCURRENCY_CALLS=$HYPATIA_TEST_CONCURRENCY_CALLS"
+    for t in "${gtests[@]}"; do
+      # shellcheck disable=SC2086
+      step "$tool: $(basename "${t%% *}")" "$cs" --tool "$tool" --error-exitcode 3 $t
+    done
+    HYPATIA_CUBLASLT_AUTOTUNE=0 HYPATIA_SKINNY_LINEAR=1 \
+      step "$tool: pytest subset" bash -c "cd '$root' && '$cs' --tool '$tool' --error-exitcode 3 --target-processes all \
+        '$HYPATIA_PY' -m pytest -p no:cacheprovider -q -p no:xdist $pytest_subset"
+  } >"$log" 2>&1
+  # One ERROR SUMMARY per process the tool watched: their total ends the log.
+  while read -r n; do errors=$((errors + n)); done < <(sed -n 's/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log")
+  local summaries
+  summaries=$(grep -c '^========= ERROR SUMMARY:' "$log")
+  if [ "$summaries" -lt 4 ] || grep -q '^-> exit [1-9]' "$log"; then
+    echo "$tool: a step failed or did not finish (see its exit lines)" >>"$log"
+    errors=$((errors > 0 ? errors : 1))
+  fi
+  echo "$tool total over $summaries processes: ERROR SUMMARY: $errors errors" >>"$log"
+  [ "$errors" = 0 ]
+}
+
+started=$SECONDS
+pids=()
+for tool in memcheck racecheck initcheck synccheck; do
+  run_tool "$tool" "${2:-}" &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  wait "$pid" || status=1
+done
+for tool in memcheck racecheck initcheck synccheck; do
+  tail -n 1 "$out/compute-sanitizer-$tool.log"
+done
+echo "compute-sanitizer: $([ $status = 0 ] && echo "0 errors" || echo FAILED), $((SECONDS - started)) s"
+exit $status
