@@ -6,9 +6,11 @@
 #include "io/text.h"
 
 #include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
 #include <string>
+#include <vector>
 
 namespace hypatia {
 namespace {
@@ -61,7 +63,15 @@ FusionReport fuse(torch::jit::Module& module, const FuseOptions& options) {
         m.setattr("training", false);
       }
     }
-    fused = torch::jit::freeze(fused);
+    // Every method survives, as it is fused below: torch::jit::freeze keeps only forward unless
+    // told otherwise, and dropped the module's @torch.jit.export methods.
+    std::vector<std::string> methods;
+    for (const auto& method : fused.get_methods()) {
+      if (method.name() != "forward") {
+        methods.push_back(method.name());
+      }
+    }
+    fused = torch::jit::freeze(fused, methods);
   }
   FusionReport report;
   for (const auto& method : fused.get_methods()) {
@@ -70,6 +80,9 @@ FusionReport fuse(torch::jit::Module& module, const FuseOptions& options) {
     torch::jit::Inline(*graph);
     // Inlined F.relu leaves `if inplace: relu_ else: relu` on a constant: keep the branch taken.
     torch::jit::ConstantPropagation(graph);
+    // Dead chains (a traced in-place ReLU on a value nothing reads survives ConstantPropagation)
+    // would become fused nodes that the report counts and that saving the module drops.
+    torch::jit::EliminateDeadCode(graph);
     add(report, fuse_graph(graph, options));
   }
   module = fused;
