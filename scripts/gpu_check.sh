@@ -65,7 +65,10 @@ if [ "$phase" = multi ]; then
   # Every device-parametrized test on cuda:1 while cuda:0 is current (ids *cuda1), then the reverse (*cuda0).
   for current in 0 1; do
     echo "== current GPU: cuda:$current" | tee -a "$log"
-    (cd "$root" && HYPATIA_TEST_CURRENT_GPU=$current python3 -m pytest -q -rs tests/python \
+    # 8 pytest processes: serially one half took 5.5 min on two H200s (2026-11-27), both halves overran a call.
+    workers=()
+    python3 -c 'import xdist' 2>/dev/null && workers=(-n 8 --dist loadfile)
+    (cd "$root" && HYPATIA_TEST_CURRENT_GPU=$current python3 -m pytest -q -rs ${workers[@]+"${workers[@]}"} tests/python \
       -k "cuda1 or cuda0 or non_default_device or mixed_devices or both_gpus or run_errors or ddp" 2>&1) | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
