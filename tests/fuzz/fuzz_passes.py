@@ -878,7 +878,8 @@ class Worker:
         if self.auto:
             args.append("--auto")
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile,
-                                     env=env, text=True, bufsize=1)
+                                     env=env, bufsize=0)
+        self.buf = b""
         self.served = 0
         msg = self._read(TASK_TIMEOUT_S)
         if not msg or not msg.get("ready"):
@@ -907,11 +908,20 @@ class Worker:
             self.proc = None
 
     def _read(self, timeout):
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        return json.loads(line) if line else None
+        """The worker's next message, None at EOF or after `timeout` seconds. Reads the pipe
+        itself: a buffered readline could take two messages from the pipe and leave select()
+        waiting for the second."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
 
     def run(self, program, variants) -> Dict[str, Any]:
         """{'results': [...]} or {'invalid': ...} or {'crash': ..., 'at': variant}."""
@@ -919,8 +929,9 @@ class Worker:
             self.stop()
             self.start()
         self.served += 1
-        self.proc.stdin.write(json.dumps({"program": program, "variants": variants}) + "\n")
-        self.proc.stdin.flush()
+        data = memoryview((json.dumps({"program": program, "variants": variants}) + "\n").encode())
+        while data:
+            data = data[self.proc.stdin.write(data):]
         at = None
         deadline = time.monotonic() + TASK_TIMEOUT_S
         while True:
