@@ -28,7 +28,8 @@ eval), freezing, how it is fused:
   the programs only, --cli-fraction);
 - ``auto``: ``hypatia_ops.enable_auto_fusion()`` (in a worker process of its own, since it cannot be
   turned off): the module run with the executor's optimisations (where the post pass fuses) against
-  the same module under ``torch.jit.optimized_execution(False)``;
+  the same module under ``torch.jit.optimized_execution(False)`` (the TensorExpr fuser is off in
+  that worker, so that on CUDA the optimised runs differ from the reference by the post pass only);
 
 then ``torch.jit.optimize_for_inference`` and a ``torch.jit.save``/``load`` round trip.
 
@@ -832,6 +833,10 @@ def worker_main(device: str, auto: bool):
     torch.set_num_threads(threads)
     if auto:
         hypatia_ops.enable_auto_fusion()
+        # The reference runs unoptimised: keep the TensorExpr fuser (CUDA only by default) from
+        # fusing the elementwise ops of the optimised runs only, which changes half-precision
+        # rounding.
+        torch._C._jit_set_texpr_fuser_enabled(False)
     tmp = Path(tempfile.mkdtemp(prefix="fuzz-worker-"))
 
     def emit(msg):
