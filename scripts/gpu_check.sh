@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (no network, torch in the system python3):
-#   gpu_check.sh [all|build|tests|bench|multi|apps|frontends|frontends-tests|frontends-bench] [bench_ops.py / bench_frontends.py arguments...]
+#   gpu_check.sh [all|build|tests|bench|multi|apps|reliability|frontends|frontends-tests|frontends-bench] [bench_ops.py / bench_frontends.py arguments...]
 # build: only the sm_90 build (a device call of its own, so that `tests` on the same warm machine
 # fits the device tool's 10 minutes a call: on a fresh H100 machine build + tests took ~10 min);
 # tests: build (if not done) and run the whole suite, then the bundled models end to end on CUDA
@@ -12,6 +12,8 @@
 # --profile with the remaining arguments; frontends: both. The benchmark writes its files after each
 # row; a full run takes two device calls, each with part of the models (--models ...), the second
 # merging the first's frontends.json (--merge FILE).
+# reliability: build (if not done), the differential fuzzer on CUDA (FUZZ_COUNT programs, default
+# 2000), then scripts/sanitize.sh gpu (compute-sanitizer): fuzz-cuda.log, compute-sanitizer-*.log.
 # apps: build, then the tests of hypatia-run and hypatia-fuse on CPU and CUDA (inputs, --parallel
 # on streams, AOTInductor packages compiled for and run on the GPU, hostile files): apps.log.
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
@@ -23,6 +25,7 @@ phase="${1:-all}"
 shift || true
 default_out="$root/docs/perf/h100"
 [ "$phase" = multi ] && default_out="$root/docs/perf/multi-gpu"
+[ "$phase" = reliability ] && default_out="$root/docs/reliability"
 out="${OUT:-$default_out}"
 mkdir -p "$out"
 export HYPATIA_SYSTEM_PYTHON=1 HYPATIA_BUILD_DIR="${HYPATIA_BUILD_DIR:-$root/build-gpu}" PYTHONUNBUFFERED=1
@@ -48,9 +51,9 @@ if [ "$phase" = all ] || [ "$phase" = tests ]; then
   log="$out/gpu_check.log"
   header "Hypatia Ops GPU check" >"$log"
   cat "$log"
-  # Four pytest processes share the GPU (every test checks results, none times): the suite then
-  # fits one device call. Serial where pytest-xdist is missing.
-  if python3 -c 'import xdist' 2>/dev/null; then export HYPATIA_TEST_WORKERS="${HYPATIA_TEST_WORKERS:-4}"; fi
+  # Eight pytest processes share the GPU (every test checks results, none times, and the tests that
+  # need a particular kernel force it): the suite then fits one device call. Serial without pytest-xdist.
+  if python3 -c 'import xdist' 2>/dev/null; then export HYPATIA_TEST_WORKERS="${HYPATIA_TEST_WORKERS:-8}"; fi
   bash "$root/scripts/run_tests.sh" -DCMAKE_CUDA_ARCHITECTURES=90 2>&1 | tee -a "$log"
   tests_rc=${PIPESTATUS[0]}
   echo "tests exit code: $tests_rc" | tee -a "$log"
@@ -103,6 +106,17 @@ if [ "$phase" = apps ]; then
   (cd "$root" && python3 -m pytest -q -rs --durations=10 tests/python/test_run_inputs.py tests/python/test_aoti_package.py \
     tests/python/test_hostile_files.py tests/python/test_models_app.py 2>&1) | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if [ "$phase" = reliability ]; then
+  # The differential fuzzer on CUDA (docs/reliability/fuzz-cuda.log), then compute-sanitizer's four
+  # tools over the CUDA GoogleTests and a pytest subset (docs/reliability/compute-sanitizer-*.log).
+  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
+    || { tail -30 "$out/build.log"; exit 1; }
+  (cd "$root" && python3 tests/fuzz/fuzz_passes.py --device cuda --count "${FUZZ_COUNT:-2000}" --jobs 8 --quiet 2>&1) \
+    | tee "$out/fuzz-cuda.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  bash "$root/scripts/sanitize.sh" gpu "$out" || status=1
 fi
 
 if [ "$phase" = all ] || [ "$phase" = bench ]; then
