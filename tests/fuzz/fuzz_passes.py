@@ -28,8 +28,7 @@ eval), freezing, how it is fused:
   the programs only, --cli-fraction);
 - ``auto``: ``hypatia_ops.enable_auto_fusion()`` (in a worker process of its own, since it cannot be
   turned off): the module run with the executor's optimisations (where the post pass fuses) against
-  the same module under ``torch.jit.optimized_execution(False)`` (the TensorExpr fuser is off in
-  that worker, so that on CUDA the optimised runs differ from the reference by the post pass only);
+  the same module under ``torch.jit.optimized_execution(False)``;
 
 then ``torch.jit.optimize_for_inference`` and a ``torch.jit.save``/``load`` round trip.
 
@@ -56,7 +55,12 @@ construct that the tracer refuses, or an optimize_for_inference that raises on t
 not run fused and is counted as ``ref-failed``; with NaN or infinity in the input, gradients are
 not compared (outputs are): the unfused scripted or traced module's own optimised runs (the profiling
 executor's autodiff) put NaN and infinity in other gradient elements than its first run and eager
-mode do, so the reference is no oracle there; programs that write to their input in place run without
+mode do, so the reference is no oracle there; an auto-fusion variant that fails is run again without auto-fusion (PyTorch's optimised runs
+against its unoptimised one alone), and when that fails too it counts as ``pytorch-unstable``, not as
+a mismatch (dropout returning its input, an alias its schema does not declare, makes the optimised
+executor's runs of in-place ReLUs differ from the first run); the scripted or traced module is made
+afresh for each pipeline, so that the reference and the fused module have run as often; programs
+that write to their input in place run without
 gradients: PyTorch's scripted autodiff of such programs fails or not ("a view of a leaf Variable ...",
 "tensor does not have a device") depending on what the process's executors ran before, fused or not; a program that fails in eager mode is regenerated
 (never happens by construction, counted as ``invalid``).
@@ -100,8 +104,8 @@ DTYPES = ["float32", "float64", "bfloat16", "float16"]
 TOLERANCE = {"float64": 1e-10, "float32": 2e-5, "bfloat16": 3e-2, "float16": 5e-3}
 # Gradients of half-precision models: a pre-activation within rounding of 0 may take the other side
 # of the ReLU when the fused op rounds once where eager rounds twice, and carry a whole element's
-# gradient (or none) through.
-GRAD_TOLERANCE = {"float64": 1e-9, "float32": 5e-5, "bfloat16": 1.5e-1, "float16": 5e-2}
+# gradient (or none) through; with a few hidden units per row one such element is a large share.
+GRAD_TOLERANCE = {"float64": 1e-9, "float32": 5e-5, "bfloat16": 3e-1, "float16": 1e-1}
 
 
 # =================================================================================================
@@ -617,15 +621,7 @@ class Runner:
         self.tmp = tmp
         self.emit = emit or (lambda msg: None)
         self.dtype = getattr(torch, prog["dtype"])
-        ns: Dict[str, Any] = {"torch": torch, "nn": nn, "F": F}
-        # TorchScript reads the source through inspect/linecache: register it under a unique name.
-        Runner.serial += 1
-        filename = f"/fuzz-program/{prog.get('seed')}-{prog.get('index')}-{os.getpid()}-{Runner.serial}.py"
-        lines = prog["source"].splitlines(keepends=True)
-        linecache.cache[filename] = (len(prog["source"]), None, lines, filename)
-        ns["__name__"] = f"fuzz_program_{Runner.serial}"
-        exec(compile(prog["source"], filename, "exec"), ns)
-        self.ns = ns
+        self.ns = self.classes()
         self.cache: Dict[Tuple, Any] = {}
         g = torch.Generator().manual_seed(12345)
         x = torch.randn(*prog["shape"], generator=g, dtype=torch.float64)
@@ -634,9 +630,23 @@ class Runner:
             flat[int(torch.randint(x.numel(), (1,), generator=g))] = float(prog["special"])
         self.x = x.to(self.dtype).to(device)
 
-    def model(self):
+    def classes(self) -> Dict[str, Any]:
+        """The program's classes, defined anew: torch.jit.script compiles a class once, and its
+        methods' executors (warm after a run) are shared by every module scripted from it."""
+        ns: Dict[str, Any] = {"torch": torch, "nn": nn, "F": F}
+        # TorchScript reads the source through inspect/linecache: register it under a unique name.
+        Runner.serial += 1
+        prog = self.prog
+        filename = f"/fuzz-program/{prog.get('seed')}-{prog.get('index')}-{os.getpid()}-{Runner.serial}.py"
+        lines = prog["source"].splitlines(keepends=True)
+        linecache.cache[filename] = (len(prog["source"]), None, lines, filename)
+        ns["__name__"] = f"fuzz_program_{Runner.serial}"
+        exec(compile(prog["source"], filename, "exec"), ns)
+        return ns
+
+    def model(self, fresh: bool = False):
         torch.manual_seed(1)
-        m = self.ns["M"]()
+        m = (self.classes() if fresh else self.ns)["M"]()
         return m.to(self.device).to(self.dtype)
 
     def eager_check(self):
@@ -646,10 +656,14 @@ class Runner:
                 getattr(m, meth)(self.x.clone())
 
     def base(self, frontend, mode):
-        """The scripted or traced module, shared by the variants of this frontend and mode."""
-        key = (frontend, mode)
+        """The scripted or traced module, made afresh for each variant: a module that earlier
+        variants ran has optimised executors, and its next call is not the same pipeline as the
+        fused copy's first (PyTorch's optimised runs can differ from the first run, e.g. where
+        dropout returns its input, an alias its schema does not declare)."""
+        key = (frontend, mode, Runner.serial)
+        Runner.serial += 1
         if key not in self.cache:
-            m = self.model()
+            m = self.model(fresh=True)
             m.train(mode == "train")
             try:
                 if frontend == "script":
@@ -832,11 +846,10 @@ def worker_main(device: str, auto: bool):
     threads = int(os.environ.get("FUZZ_THREADS", "1"))
     torch.set_num_threads(threads)
     if auto:
+        # The TensorExpr fuser stays on: with it off, the profiling executor runs no custom post
+        # pass, and auto-fusion fuses nothing. Where NNC's fusion of the optimised runs alone
+        # changes results (CUDA, half precision), recheck_auto tells it apart.
         hypatia_ops.enable_auto_fusion()
-        # The reference runs unoptimised: keep the TensorExpr fuser (CUDA only by default) from
-        # fusing the elementwise ops of the optimised runs only, which changes half-precision
-        # rounding.
-        torch._C._jit_set_texpr_fuser_enabled(False)
     tmp = Path(tempfile.mkdtemp(prefix="fuzz-worker-"))
 
     def emit(msg):
@@ -968,6 +981,22 @@ def outcome(res, variant=None):
     return fails
 
 
+def recheck_auto(plain: Worker, program, res):
+    """An auto-fusion variant that failed is run again in a worker without auto-fusion, where it
+    compares PyTorch's optimised runs with its unoptimised ones alone: when that fails too, the
+    failure is PyTorch's (status pytorch-unstable), not the post pass's."""
+    if "results" not in res:
+        return res
+    results = []
+    for name, status, detail in res["results"]:
+        if status in ("mismatch", "error"):
+            again = plain.run(program, [name])
+            if any(st in ("mismatch", "error") for _, st, _ in again.get("results", [])):
+                status, detail = "pytorch-unstable", f"{detail} (also without auto-fusion)"
+        results.append([name, status, detail])
+    return {"results": results}
+
+
 def _chunks(source: str) -> List[Tuple[int, int]]:
     """(start, end) line ranges that can be deleted: a statement with its indented body (an `if`
     with its `else:` branch), a whole helper class."""
@@ -986,12 +1015,14 @@ def _chunks(source: str) -> List[Tuple[int, int]]:
     return out
 
 
-def shrink(worker: Worker, program, variant: str, kind: str, budget_s: float = 120.0):
+def shrink(worker: Worker, program, variant: str, kind: str, budget_s: float = 120.0, plain: Optional[Worker] = None):
     """A smaller program failing the same way on `variant`."""
     deadline = time.monotonic() + budget_s
 
     def fails(p):
         res = worker.run(p, [variant])
+        if plain is not None:
+            res = recheck_auto(plain, p, res)
         return any(k == kind for _, k, _ in outcome(res))
 
     best = dict(program)
@@ -1154,13 +1185,15 @@ def main(argv=None):
                         with lock:
                             statuses["invalid"] += 1
                         continue
+                    if worker is auto:
+                        res = recheck_auto(plain, program, res)
                     f = outcome(res)
                     fails += f
                     results += res.get("results", [])
                     if f and not args.no_shrink:
                         variant, kind, detail = f[0]
                         if variant != "?":
-                            small = shrink(worker, program, variant, kind)
+                            small = shrink(worker, program, variant, kind, plain=plain if worker is auto else None)
                             with lock:
                                 print(format_repro(small, variant, kind, detail), flush=True)
                         else:
