@@ -10,6 +10,7 @@
 #include "ops/cpu/buffer_cache.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/api/module.h>
@@ -123,10 +124,10 @@ torch::jit::Module make_module(int64_t in, int64_t hidden, int64_t out, at::Scal
   m.register_parameter("bh", at::randn({out}, opts), false);
   m.define(R"(
 def forward(self, x):
-    h = torch.relu(torch.nn.functional.linear(x, self.w1, self.b1))
-    h = torch.relu(torch.nn.functional.linear(h, self.w2, self.b2))
-    y = torch.nn.functional.linear(h, self.w3)
-    head = torch.relu(torch.nn.functional.linear(x, self.wh, self.bh))
+    h = torch.relu(torch.linear(x, self.w1, self.b1))
+    h = torch.relu(torch.linear(h, self.w2, self.b2))
+    y = torch.linear(h, self.w3)
+    head = torch.relu(torch.linear(x, self.wh, self.bh))
     return y + head
 )");
   return m;
@@ -229,11 +230,12 @@ TEST(Concurrency, OpsForwardAndBackwardFrom16ThreadsEqualSerial) {
 // shape and one shape all share), forward and backward; then the same calls serially.
 TEST(Concurrency, FirstCallsOfNewShapesFrom16Threads) {
   auto compute = [](int64_t rows, int64_t in, int64_t out, at::ScalarType dtype) {
-    at::manual_seed(rows * 1000 + in);
+    // A generator of its own: the global one, seeded from 16 threads at once, would interleave them.
+    const at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(rows * 1000 + in);
     const auto opts = at::TensorOptions().dtype(dtype);
-    const at::Tensor x = at::randn({rows, in}, opts).requires_grad_();
-    const at::Tensor w = (at::randn({out, in}, opts) / 8).requires_grad_();
-    const at::Tensor b = at::randn({out}, opts);
+    const at::Tensor x = at::randn({rows, in}, gen, opts).requires_grad_();
+    const at::Tensor w = (at::randn({out, in}, gen, opts) / 8).requires_grad_();
+    const at::Tensor b = at::randn({out}, gen, opts);
     const at::Tensor y = hypatia::fused_mlp(x, {w, w.narrow(1, 0, out).t()}, OptionalTensorList({b, b}), false);
     const auto grads = torch::autograd::grad({y.sum()}, {x, w});
     return std::vector<at::Tensor>{y.detach(), grads[0], grads[1]};
@@ -426,6 +428,7 @@ TEST(ConcurrencyCuda, FirstCallsOfNewShapesFrom16ThreadsOnStreams) {
   const at::Tensor w2 = c.w2.to(at::kDouble);
   const at::Tensor ref_single = at::relu(at::linear(x64, w1, b1));
   const at::Tensor ref_mlp = at::linear(ref_single, w2);
+  at::cuda::device_synchronize();  // the operands, made on the default stream, before the threads' streams read them
   Barrier barrier(kThreads);
   const auto failures = run_threads(kThreads, [&](int t, std::vector<std::string>& failed) {
     const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, 0);
