@@ -108,6 +108,9 @@ void transpose8x8(const float* src, int64_t ld, float* dst, int64_t ldd) {
 }  // namespace
 
 void pack_narrow_weight(const float* w, int64_t ldw, int64_t n, int64_t k, float* packed) {
+  if (n == 0 || k == 0) {
+    return;  // nothing to pack, and `packed` may be null (an empty tensor's): memset must not get it
+  }
   const int64_t panels = (n + kNarrowGemmPanel - 1) / kNarrowGemmPanel;
   std::memset(packed, 0, panels * k * kNarrowGemmPanel * sizeof(float));
   // By halves of panels, 8 output columns (rows of w) each: 8x8 blocks transposed in registers,
@@ -135,7 +138,7 @@ void narrow_gemm_act(
   float padded[kTileRows * kNarrowGemmMaxIn];
   for (int64_t r = 0; r < rows; r += kTileRows) {
     const int strip_rows = static_cast<int>(min(kTileRows, rows - r));
-    if (strip_rows < kTileRows) {
+    if (strip_rows < kTileRows && k > 0) {  // (k == 0: x may be null, and memcpy must not get it)
       std::memset(padded, 0, sizeof(float) * kTileRows * k);
       for (int i = 0; i < strip_rows; ++i) {
         std::memcpy(padded + i * k, x + (r + i) * ldx, sizeof(float) * k);

@@ -131,6 +131,17 @@ void expect_error(const Fn& fn, const std::string& expected) {
   }
 }
 
+// in_features == 0 (narrow and wide layers): the output is relu(bias). A float32 narrow layer once
+// packed its empty weight with memset(nullptr, 0, 0), undefined behaviour that UBSan reports
+// (scripts/sanitize.sh cpu runs this test under it).
+TEST(FusedLinearReLU, ZeroInFeaturesGivesReluOfBias) {
+  for (const int64_t out : {3, 300}) {
+    const at::Tensor x = at::randn({4, 0}), w = at::randn({out, 0}), b = at::randn({out});
+    EXPECT_TRUE(fused_linear_relu(x, w, b).equal(at::relu(b).expand({4, out}))) << out;
+    EXPECT_TRUE(fused_linear_relu(x, w, std::nullopt).equal(at::zeros({4, out}))) << out;
+  }
+}
+
 TEST(Errors, NameTheArgumentAndWhatWasExpected) {
   const at::Tensor x = at::randn({2, 4});
   const at::Tensor w = at::randn({5, 4});
