@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/passes/inliner.h>
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace hypatia {
@@ -20,6 +21,40 @@ void add(FusionReport& into, const FusionReport& from) {
   into.mlp += from.mlp;
   into.mlp_layers += from.mlp_layers;
   into.skipped.insert(into.skipped.end(), from.skipped.begin(), from.skipped.end());
+}
+
+// The hypatia:: op nodes in `block` and its nested blocks.
+void fused_nodes(torch::jit::Block& block, std::unordered_set<torch::jit::Node*>& out) {
+  static const auto fused_linear_relu = c10::Symbol::fromQualString("hypatia::fused_linear_relu");
+  static const auto fused_mlp = c10::Symbol::fromQualString("hypatia::fused_mlp");
+  for (torch::jit::Node* n : block.nodes()) {
+    if (n->kind() == fused_linear_relu || n->kind() == fused_mlp) {
+      out.insert(n);
+    }
+    for (torch::jit::Block* sub : n->blocks()) {
+      fused_nodes(*sub, out);
+    }
+  }
+}
+
+// Sets the counts of `report` to the fused nodes in `graph` that are not in `before`.
+void count_new_fused_nodes(
+    torch::jit::Graph& graph, const std::unordered_set<torch::jit::Node*>& before, FusionReport& report) {
+  static const auto fused_mlp = c10::Symbol::fromQualString("hypatia::fused_mlp");
+  std::unordered_set<torch::jit::Node*> after;
+  fused_nodes(*graph.block(), after);
+  report.linear_relu = report.mlp = report.mlp_layers = 0;
+  for (torch::jit::Node* n : after) {
+    if (before.count(n)) {
+      continue;
+    }
+    if (n->kind() == fused_mlp) {
+      ++report.mlp;
+      report.mlp_layers += static_cast<int>(n->input(1)->node()->inputs().size());  // the pass's ListConstruct
+    } else {
+      ++report.linear_relu;
+    }
+  }
 }
 
 }  // namespace
@@ -83,7 +118,15 @@ FusionReport fuse(torch::jit::Module& module, const FuseOptions& options) {
     // Dead chains (a traced in-place ReLU on a value nothing reads survives ConstantPropagation)
     // would become fused nodes that the report counts and that saving the module drops.
     torch::jit::EliminateDeadCode(graph);
-    add(report, fuse_graph(graph, options));
+    std::unordered_set<torch::jit::Node*> before;
+    fused_nodes(*graph->block(), before);
+    FusionReport method_report = fuse_graph(graph, options);
+    // A fused op is pure where the in-place ReLU it replaced was not, so a chain whose result
+    // nothing reads (a traced relu_ feeding only dead code) only becomes dead now: remove it, and
+    // count the fused nodes that remain, as saving and loading the module would find them.
+    torch::jit::EliminateDeadCode(graph);
+    count_new_fused_nodes(*graph, before, method_report);
+    add(report, method_report);
   }
   module = fused;
   return report;

@@ -52,6 +52,36 @@ class M(nn.Module):
         return h21
 """
 
+# The in-place ReLU of a traced Linear whose result only dead code reads kept the chain alive
+# through the dead-code elimination before the passes; fused, the (pure) op became dead, and saving
+# the module dropped it: the report of fuse_file / hypatia-fuse counted 3 fused_linear_relu, the file
+# had 2. The report now counts the fused nodes left after dead code is removed. Seed 1, program 2796.
+DEAD_AFTER_FUSION = """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc2 = nn.Linear(1, 8, bias=True)
+        self.act5 = nn.ReLU(inplace=True)
+        self.fc8 = nn.Linear(4, 16, bias=False)
+        self.fc11 = nn.Linear(1, 1, bias=True)
+        self.fc12 = nn.Linear(1, 8, bias=True)
+        self.fc13 = nn.Linear(8, 8, bias=True)
+    def forward(self, x):
+        h1 = x.unsqueeze(0)
+        h3 = self.fc2(h1)
+        h4 = self.act5(h3)
+        h6, h7 = h4.chunk(2, dim=-1)
+        h9 = self.fc8(h7)
+        if self.training:
+            h10 = F.relu(self.fc11(h1))
+        else:
+            h10 = h1 * 2.0
+        return {'a0': h10, 'b1': h1}
+    @torch.jit.export
+    def aux(self, x):
+        return self.fc13(F.relu(self.fc12(x))).relu()
+"""
+
 CASES = {
     "exported_method_kept_by_freeze": (EXPORTED_METHOD, {
         "shape": [3, 16], "dtype": "float32", "methods": ["forward", "aux"],
@@ -61,6 +91,10 @@ CASES = {
         "shape": [1, 12], "dtype": "float64",
         "variants": ["trace/train/file", "trace/train/cli", "trace/train/api", "trace/eval/file+freeze",
                      "script/train/file"]}),
+    "dead_after_fusion_not_counted": (DEAD_AFTER_FUSION, {
+        "shape": [1, 1], "dtype": "float64", "methods": ["forward", "aux"],
+        "variants": ["trace/eval/file+nomlp+ofi+saveload+grad", "trace/eval/file+nomlp", "trace/eval/cli+nomlp",
+                     "trace/eval/file", "trace/eval/api+nomlp", "trace/eval/file+freeze"]}),
 }
 
 
