@@ -88,7 +88,9 @@ Grads blocked_backward(
     grads.input = at::empty(x.sizes(), x.options());
   }
   const int64_t element_size = c10::elementSize(compute.dtype().toScalarType());
-  const int64_t block = std::max<int64_t>(kMinBackwardBlockRows, kBlockGradBytes / (widest * element_size));
+  // widest is 0 when every layer has 0 features (nn.Linear(0, 0)): no division by it then.
+  const int64_t block =
+      std::max<int64_t>(kMinBackwardBlockRows, kBlockGradBytes / (std::max<int64_t>(1, widest) * element_size));
   const int64_t blocks = (rows + block - 1) / block;
   const int64_t n_tasks = reduction_tasks(blocks);
   // Per task: every layer's weight gradient, then every layer's bias gradient, in the compute dtype.
