@@ -61,7 +61,15 @@ allow, which draw other masks from the same seed, and the fused graph's neighbou
 an auto-fusion variant that fails is run again without auto-fusion (PyTorch's optimised runs
 against its unoptimised one alone), and when that fails too it counts as ``pytorch-unstable``, not as
 a mismatch (dropout returning its input, an alias its schema does not declare, makes the optimised
-executor's runs of in-place ReLUs differ from the first run); the scripted or traced module is made
+executor's runs of in-place ReLUs differ from the first run); for the same reason, in any pipeline,
+when a deterministic program's reference gives another result in its optimised call than in its
+first on the same input, only the first calls are compared and the pipeline counts as
+``pytorch-unstable`` (seed 1 program 3912: ``h19 = F.dropout(h18, 0.0, self.training); h20 =
+h19.relu_(); h21 = h20 + h18``, train mode with gradients: eager mode and the first call write h18
+through the alias; the optimised call differentiates dropout as native_dropout, a fresh tensor, and
+does not, with or without the library, while the fused module keeps eager's result); a
+half-precision difference beyond the tolerances is no mismatch where the fused result is at least as
+accurate as the reference (HALF_F64_FALLBACK below: against the same module in float64); the scripted or traced module is made
 afresh for each pipeline, so that the reference and the fused module have run as often; programs
 that write to their input in place run without
 gradients: PyTorch's scripted autodiff of such programs fails or not ("a view of a leaf Variable ...",
@@ -109,6 +117,15 @@ TOLERANCE = {"float64": 1e-10, "float32": 2e-5, "bfloat16": 3e-2, "float16": 5e-
 # of the ReLU when the fused op rounds once where eager rounds twice, and carry a whole element's
 # gradient (or none) through; with a few hidden units per row one such element is a large share.
 GRAD_TOLERANCE = {"float64": 1e-9, "float32": 5e-5, "bfloat16": 3e-1, "float16": 1e-1}
+# HALF_F64_FALLBACK: a half-precision mismatch beyond these tolerances is no failure when the fused
+# result is at least as accurate as the reference's: every output and gradient's error against the
+# same module in float64 (eager, same rounded weights and input) at most F64_FACTOR times the
+# unfused reference's own error plus the dtype's TOLERANCE. The reference rounds at other points
+# (each GEMM's output, the bias add, the ReLU mask of pre-activations within rounding of 0), and
+# where a layer cancels (output norm << its terms) its own error is larger than any fixed bound:
+# seed 1 program 7118 (float16, output |ref| 0.06): unfused 8.4e-3 from float64, fused 2.2e-3;
+# seed 0 program 762 (float16, grad of fc3.bias): unfused 0.145 from float64, fused 0.001.
+F64_FACTOR = 2.0
 
 
 # =================================================================================================
@@ -743,6 +760,65 @@ class Runner:
                     return err
         return None
 
+    def closer_to_float64(self, ref, out, v, first_only) -> bool:
+        """Half precision, deterministic programs, finite input: whether every output, input after
+        the call and gradient of the fused module is within F64_FACTOR of the reference's own error
+        against the same module (its weights and input as rounded) computed in float64 in eager mode
+        (see HALF_F64_FALLBACK)."""
+        if self.prog["dtype"] not in ("float16", "bfloat16") or self.prog["special"] != "none" or \
+                (v["mode"] == "train" and self.random_dropout()) or self.writes_input():
+            return False
+        m = self.model(fresh=True).double()
+        m.train(v["mode"] == "train")
+        params = {k: p for k, p in m.named_parameters() if p.requires_grad}
+
+        def rel(a, b, exact):
+            return float((a.detach().double().cpu() - exact).norm() / max(exact.norm().item(), 1e-300))
+        for (meth, call), (rflat, rin, rgrads) in ref.items():
+            if first_only and call > 0:
+                continue
+            oflat, oin, ograds = out[(meth, call)]
+            leaf = self.x.double().clone().requires_grad_(v["grad"])
+            inp = leaf.clone() if v["grad"] else leaf
+            with torch.set_grad_enabled(v["grad"]):
+                dflat = _flatten(getattr(m, meth)(inp))
+            pairs = [(r, o, d) for (_, r), (_, o), (_, d) in zip(rflat, oflat, dflat)] + [(rin, oin, inp)]
+            if v["grad"] and rgrads:
+                diff = [t for _, t in dflat if isinstance(t, torch.Tensor) and t.requires_grad]
+                g = torch.Generator().manual_seed(99)
+                loss = sum((t * torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)).sum() for t in diff)
+                got = dict(zip(["input"] + list(params), torch.autograd.grad(
+                    loss, [leaf] + list(params.values()), allow_unused=True)))
+                pairs += [(rgrads[k], ograds.get(k), got.get(k)) for k in rgrads]
+            for r, o, d in pairs:
+                if not isinstance(r, torch.Tensor) or not isinstance(o, torch.Tensor) or not isinstance(d, torch.Tensor):
+                    if _compare("", r, o, 0.0):
+                        return False
+                    continue
+                if r.shape != d.shape or not d.isfinite().all():
+                    return False
+                d = d.detach().double().cpu()
+                if rel(o, d, d) > F64_FACTOR * rel(r, d, d) + TOLERANCE[self.prog["dtype"]]:
+                    return False
+        return True
+
+    def reference_unstable(self, ref) -> bool:
+        """Whether a method's second (optimised) call of the reference gave other outputs, or left
+        another input, than its first, on the same input."""
+        tol = TOLERANCE[self.prog["dtype"]]
+        for (meth, call), (flat, inp, _) in ref.items():
+            if call == 0 or (meth, 0) not in ref:
+                continue
+            first_flat, first_inp, _ = ref[(meth, 0)]
+            if [k for k, _ in flat] != [k for k, _ in first_flat]:
+                return True
+            for (k, a), (_, b) in zip(first_flat, flat):
+                if _compare(k, a, b, tol):
+                    return True
+            if _compare("input", first_inp, inp, tol):
+                return True
+        return False
+
     def methods_of(self, m):
         names = set(m._c._method_names())
         return [meth for meth in self.prog["methods"] if meth in names]
@@ -834,9 +910,17 @@ class Runner:
             # (another RNG routine, other masks) where its neighbours allow: the fused graph's
             # differ. Only the first (profiling) runs are compared then.
             first_only = v["mode"] == "train" and v["grad"] and self.random_dropout()
-            err = self.compare_runs(ref_out, fused_out, v["grad"], first_only)
+            # A deterministic program whose reference gives another result in its optimised call
+            # than in its first: the reference is no oracle for that call (see the docstring's
+            # exclusions: dropout returning its input); the first calls are still compared.
+            unstable = not (v["mode"] == "train" and self.random_dropout()) and self.reference_unstable(ref_out)
+            err = self.compare_runs(ref_out, fused_out, v["grad"], first_only or unstable)
+            if err and self.closer_to_float64(ref_out, fused_out, v, first_only or unstable):
+                return "ok", f"half-precision reference less accurate: {err}"
             if err:
                 return "mismatch", err
+            if unstable:
+                return "pytorch-unstable", "the reference's optimised call differs from its first call"
             if v["how"] == "auto":
                 g = torch.jit.last_executed_optimized_graph()
                 if any(n.kind() in HYPATIA_KINDS for n in _nodes(g)):
@@ -855,6 +939,8 @@ def worker_main(device: str, auto: bool):
     library prints goes to stderr."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
+    import faulthandler
+    faulthandler.enable()  # a fatal signal (SIGSEGV, SIGFPE, ...) leaves its Python stack in the crash line
     _worker_imports()
     threads = int(os.environ.get("FUZZ_THREADS", "1"))
     torch.set_num_threads(threads)
@@ -911,6 +997,7 @@ class Worker:
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errfile,
                                      env=env, bufsize=0)
         self.buf = b""
+        self.eof = False
         self.served = 0
         msg = self._read(TASK_TIMEOUT_S)
         if not msg or not msg.get("ready"):
@@ -939,7 +1026,7 @@ class Worker:
             self.proc = None
 
     def _read(self, timeout):
-        """The worker's next message, None at EOF or after `timeout` seconds. Reads the pipe
+        """The worker's next message, None at EOF (self.eof set) or after `timeout` seconds. Reads the pipe
         itself: a buffered readline could take two messages from the pipe and leave select()
         waiting for the second."""
         deadline = time.monotonic() + timeout
@@ -949,6 +1036,7 @@ class Worker:
                 return None
             chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
             if not chunk:
+                self.eof = True
                 return None
             self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
@@ -968,10 +1056,19 @@ class Worker:
         while True:
             msg = self._read(max(0.0, deadline - time.monotonic()))
             if msg is None:
-                rc = self.proc.poll()
+                # At EOF the worker is exiting: wait for its status (poll() at once could still see
+                # it running and call a worker killed by a signal "hung").
+                try:
+                    rc = self.proc.wait(timeout=30) if self.eof else self.proc.poll()
+                except subprocess.TimeoutExpired:
+                    rc = None
                 why = f"worker died (exit {rc})" if rc is not None else f"worker hung for {TASK_TIMEOUT_S} s"
                 self.kill()
-                tail = self.stderr_tail().strip().splitlines()[-3:]
+                tail = self.stderr_tail(4000).strip().splitlines()
+                fatal = [i for i, line in enumerate(tail) if line.startswith("Fatal Python error")]
+                # faulthandler's report: the signal and the innermost Python frame (where it died)
+                tail = tail[fatal[-1]:fatal[-1] + 4] if fatal else tail[-3:]
+                tail = [line.strip() for line in tail if line.strip()][:3]
                 return {"crash": why + (": " + " | ".join(tail) if tail else ""), "at": at}
             if "at" in msg:
                 at = msg["at"]
