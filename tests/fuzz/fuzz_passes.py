@@ -1329,6 +1329,10 @@ def main(argv=None):
     print(f"fuzz: {done} programs, {mismatches} mismatches, {crashes} crashes", flush=True)
     if log:
         log.close()
+    # A slot whose worker could not start ends early (its traceback above): a short run is a failed run.
+    if done < args.count:
+        print(f"fuzz_passes: error: {args.count - done} of {args.count} programs did not run", file=sys.stderr, flush=True)
+        return 1
     return 1 if mismatches or crashes else 0
 
 
