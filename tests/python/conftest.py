@@ -54,6 +54,12 @@ def f32_weight_grad_runs(rows: int, n: int, k: int) -> bool:
 BF16_KERNEL_CPU = {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_flags() and "amx_bf16" not in cpu_flags()
 
 
+# Without native bfloat16 GEMMs (oneDNN's bfloat16 needs AVX-512: on AVX2 CPUs) bfloat16 layers compute
+# in float32, their backward in row blocks at every width (ops/cpu/blocked_backward_cpu.cpp), with no
+# eager GEMM.
+BF16_WIDENED_CPU = not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def bf16_kernel_runs(rows: int, n: int, k: int) -> bool:
     """Whether a bfloat16 layer of k -> n features over `rows` rows runs the library's kernel on this
     CPU: the rows pay for packing its weight (bf16_gemm_pays in ops/cpu/linear_act_cpu.cpp)."""

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck, gradgradcheck
 
-from conftest import (BF16_KERNEL_CPU, ONEDNN_FLOAT32_BLOCKS_CPU, bf16_kernel_runs, bf16_wide_weight_grad_runs, cpu_threads,
+from conftest import (BF16_KERNEL_CPU, BF16_WIDENED_CPU, ONEDNN_FLOAT32_BLOCKS_CPU, bf16_kernel_runs, bf16_wide_weight_grad_runs, cpu_threads,
                       f32_weight_grad_runs, rel_error)
 
 
@@ -160,10 +160,8 @@ def test_cpu_bfloat16_relu_input_grad(rows, dims, bias, threads):
         eager = torch.autograd.grad(eager_out, wanted, g)
     eager_ops = {e.name for e in prof.events()} & {"aten::threshold_backward"}
     kernel = hidden * out_features >= 1 << 20 and bf16_kernel_runs(rows, hidden, out_features)
-    # Without native bfloat16 GEMMs (an AVX2 CPU) the backward takes row blocks computed in float32,
-    # their mask applied in the block (ops/cpu/blocked_backward_cpu.cpp): no threshold_backward either.
-    blocks = not torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert (not eager_ops) == (kernel or blocks), eager_ops
+    # Without native bfloat16 GEMMs the row blocks apply the mask themselves: no threshold_backward either.
+    assert (not eager_ops) == (kernel or BF16_WIDENED_CPU), eager_ops
     x64, w0, w1 = x.double(), ws[0].double(), ws[1].double()
     h = F.relu(x64 @ w0.t() + (b.double() if bias else 0))
     dz = torch.where(h <= 0, 0, g.double() @ w1)
@@ -262,7 +260,8 @@ def check_wide_weight_grad(dtype, rows, k, n, threads, kernel_runs, vs_eager, sl
             grad_w, grad_b = torch.autograd.grad(out, [w, b], g)
     # The weight gradient's mm is g.T [n, rows] @ h [rows, k] (the input gradient's: g @ w, [rows, n]).
     weight_mm = [e for e in prof.events() if e.name == "aten::mm" and e.input_shapes[0] == [n, rows]]
-    assert (not weight_mm) == kernel_runs, weight_mm
+    blocks = dtype == torch.bfloat16 and BF16_WIDENED_CPU  # float32 row blocks: no eager GEMM either
+    assert (not weight_mm) == (kernel_runs or blocks), weight_mm
     for grad, ref, eager in [(grad_w, g.double().t() @ h.double(), g.t().mm(h)), (grad_b, g.double().sum(0), g.sum(0))]:
         assert grad.dtype == dtype and grad.shape == ref.shape
         assert rel_error(grad, ref) <= vs_eager * rel_error(eager, ref) + slack
@@ -337,7 +336,10 @@ def test_cpu_narrow_bfloat16_weight_grad(rows, kn, bias, threads):
             grads = torch.autograd.grad(out, [w] + ([b] if bias else []), g)
     eager_ops = {e.name for e in prof.events()} & {"aten::mm", "aten::sum"}
     kernel = BF16_KERNEL_CPU and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert (not eager_ops) == kernel, eager_ops
+    if BF16_WIDENED_CPU:  # float32 row blocks: their own GEMMs (the bias sums may be aten::sum's)
+        assert "aten::mm" not in eager_ops, eager_ops
+    else:
+        assert (not eager_ops) == kernel, eager_ops
     references = [g.double().t() @ h.double()] + ([g.double().sum(0)] if bias else [])
     eager = [g.t().mm(h)] + ([g.sum(0)] if bias else [])
     for grad, ref, eager_grad in zip(grads, references, eager):
