@@ -139,9 +139,9 @@ def test_cpu_bfloat16_relu_input_grad(rows, dims, bias, threads):
     """The gradient through a bfloat16 fused_mlp's hidden ReLU on the CPU: its mask and the hidden
     bias gradient in the library's kernel where the layer above has at least 2^20 weights and the rows
     pay for packing them (no aten::threshold_backward then), in float32 row blocks where the CPU has no
-    native bfloat16 GEMM, else eager's ops. A NaN and an Inf in the input make whole hidden rows NaN and +-Inf: the gradient passes NaN and +Inf, as eager's ReLU
-    backward does, and stops at -Inf's ReLU output, 0. The input and hidden bias gradients as close to
-    float64 as eager's."""
+    native bfloat16 GEMM, else eager's ops. A NaN and an Inf in the input make whole hidden rows NaN
+    and +-Inf: the gradient passes NaN and +Inf, as eager's ReLU backward does, and stops at -Inf's
+    ReLU output, 0. The input and hidden bias gradients as close to float64 as eager's."""
     d, hidden, out_features = dims
     torch.manual_seed(rows + d)
     x = torch.randn(rows, d).bfloat16()
