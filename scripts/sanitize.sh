@@ -179,12 +179,13 @@ gtests=(
   "$build/tests/cpp/test_ops --gtest_filter=FusedLinearReLU.*:FusedMLP.*"
 )
 # The pytest subset: the narrow-MLP kernels forward (1000 rows) and in training (5000 rows, bf16), the
-# skinny kernel (forced), CUDA graphs, gradients through both ops, the ReLU-mask backward.
+# skinny kernel (forced), gradients through both ops, the ReLU-mask backward. Not CUDA graphs: their
+# capture needs the caching allocator (a failed capture also leaves the RNG unusable for later tests).
 pytest_subset="${HYPATIA_SANITIZE_PYTEST:-tests/python/test_narrow_mlp.py tests/python/test_mlp_training.py \
 tests/python/test_cuda.py tests/python/test_autograd.py tests/python/test_relu_mask.py -k '\
 (test_matches_rounded_reference_and_eager and mixed-True and 1000) or \
 (test_training_matches_rounded_reference_and_eager and cuda and 5000 and mixed and True and dtype2) or \
-test_cuda_graph_capture_and_replay or (test_gradients_match_eager_autograd and cuda) or \
+(test_gradients_match_eager_autograd and cuda) or \
 (test_backward_through_the_mask_bits_matches_eager and cuda)'}"
 
 # Each tool's steps share HYPATIA_SANITIZE_GPU_SECONDS (default 480), so that the run fits one device
@@ -199,6 +200,9 @@ run_tool() {  # TOOL: every step under it, its log; the log's last line is the t
     echo "compute-sanitizer: $("$cs" --version | tail -n 1)"
     echo "PYTORCH_NO_CUDA_MEMORY_CACHING=1 HYPATIA_TEST_CONCURRENCY_CALLS=$HYPATIA_TEST_CONCURRENCY_CALLS"
     for t in "${gtests[@]}"; do
+      # racecheck looks for shared-memory hazards inside a kernel, which host threads do not change, and
+      # the 16-thread tests overran 365 s under it on the H100 (even at 32 calls, untimed): not there.
+      [ "$tool" = racecheck ] && [ "${t#*test_concurrency}" != "$t" ] && continue
       # shellcheck disable=SC2086
       step "$tool: $(basename "${t%% *}")" timeout -k 10 "$(left)" "$cs" --tool "$tool" --error-exitcode 3 $t
     done
@@ -206,11 +210,14 @@ run_tool() {  # TOOL: every step under it, its log; the log's last line is the t
       step "$tool: pytest subset" timeout -k 10 "$(left)" bash -c "cd '$root' && '$cs' --tool '$tool' --error-exitcode 3 --target-processes all \
         '$HYPATIA_PY' -m pytest -p no:cacheprovider -q -rs -p no:xdist $pytest_subset"
   } >"$log" 2>&1
-  # One ERROR SUMMARY per process the tool watched: their total ends the log.
-  while read -r n; do errors=$((errors + n)); done < <(sed -n 's/^========= ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log")
-  local summaries
-  summaries=$(grep -c '^========= ERROR SUMMARY:' "$log")
-  if [ "$summaries" -lt 4 ] || grep -q '^-> exit [1-9]' "$log"; then
+  # One summary per process the tool watched ("ERROR SUMMARY: N errors"; racecheck's "RACECHECK SUMMARY:
+  # H hazards displayed (N errors, W warnings)"; not the "N errors were not printed" line): their total ends the log.
+  local counts summaries
+  counts=$(sed -n -e 's/^========= ERROR SUMMARY: \([0-9]*\) errors*$/\1/p' \
+    -e 's/^========= RACECHECK SUMMARY: .*(\([0-9]*\) errors*, .*/\1/p' "$log")
+  for n in $counts; do errors=$((errors + n)); done
+  summaries=$(echo "$counts" | grep -c .)
+  if [ "$summaries" -lt "$([ "$tool" = racecheck ] && echo 3 || echo 4)" ] || grep -q '^-> exit [1-9]' "$log"; then
     echo "$tool: a step failed or did not finish (see its exit lines)" >>"$log"
     errors=$((errors > 0 ? errors : 1))
   fi
@@ -220,14 +227,15 @@ run_tool() {  # TOOL: every step under it, its log; the log's last line is the t
 
 started=$SECONDS
 pids=()
-for tool in memcheck racecheck initcheck synccheck; do
+tools="${HYPATIA_SANITIZE_GPU_TOOLS:-memcheck racecheck initcheck synccheck}"
+for tool in $tools; do
   run_tool "$tool" "${2:-}" &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do
   wait "$pid" || status=1
 done
-for tool in memcheck racecheck initcheck synccheck; do
+for tool in $tools; do
   tail -n 1 "$out/compute-sanitizer-$tool.log"
 done
 echo "compute-sanitizer: $([ $status = 0 ] && echo "0 errors" || echo FAILED), $((SECONDS - started)) s"
