@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/threshold_backward.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <array>
@@ -23,6 +24,10 @@ int64_t batch_rows(const at::Tensor& input) {
 
 at::Tensor as_rows(const at::Tensor& t) {
   return t.dim() == 2 ? t : t.reshape({batch_rows(t), t.size(-1)});
+}
+
+at::Tensor shape_only(const at::Tensor& t) {
+  return at::zeros({}, t.options()).expand_symint(t.sym_sizes());  // symbolic under torch.compile(dynamic=True)
 }
 
 at::Tensor unflatten_rows(const at::Tensor& out2d, const at::Tensor& input) {

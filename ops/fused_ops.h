@@ -32,6 +32,10 @@ int64_t batch_rows(const at::Tensor& input);
 at::Tensor as_rows(const at::Tensor& t);
 // out2d [M, N] viewed with `input`'s batch dims: [*, N]; out2d itself for a 2-D input.
 at::Tensor unflatten_rows(const at::Tensor& out2d, const at::Tensor& input);
+// A stand-in with t's sizes, dtype and device and one element of storage (a zero, expanded): what
+// autograd saves for an operand whose values the backward will not read. Eager saves only the
+// operands a gradient needs, so an in-place change of another after the call must not fail it.
+at::Tensor shape_only(const at::Tensor& t);
 
 // Device-generic drivers: flatten the batch dims, run `layer` once per linear layer.
 at::Tensor fused_linear_relu_with(

@@ -1,5 +1,5 @@
-// Autograd for fused_linear_relu: the forward saves input, weight and the ReLU mask (not the
-// output) at 1 bit per element (_fused_linear_relu_masked). The backward is dgrad / wgrad /
+// Autograd for fused_linear_relu: the forward saves input (where the weight gradient is wanted),
+// weight and the ReLU mask (not the output) at 1 bit per element (_fused_linear_relu_masked). The backward is dgrad / wgrad /
 // bias-sum on the masked gradient, one op (_fused_linear_relu_backward); under create_graph the same
 // composition from differentiable ATen ops only, so double backward works too.
 #include "ops/fused_ops.h"
@@ -31,7 +31,8 @@ class FusedLinearReLU : public torch::autograd::Function<FusedLinearReLU> {
       AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, relu_mask] = op_calls::fused_linear_relu_masked(input, weight, bias);
-    ctx->save_for_backward({input, weight, relu_mask});
+    // The input only where the weight gradient needs it (as eager's linear).
+    ctx->save_for_backward({weight.requires_grad() ? input : ops::shape_only(input), weight, relu_mask});
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     return out;
   }

@@ -36,8 +36,17 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     }
     std::vector<at::Tensor> outputs = op_calls::fused_mlp_forward(input, weights, biases, relu_last);
 
-    // Saved: input, weights, outputs of layers 0..L-2, and the last output when ReLU follows it.
-    variable_list to_save = {input};
+    // Saved: input (where parameter gradients are wanted: the backward computes all of them or
+    // none, and layer 0's weight gradient reads it; eager keeps no input it does not need), weights,
+    // outputs of layers 0..L-2, and the last output when ReLU follows it.
+    bool params_grad = false;
+    for (const at::Tensor& t : weights) {
+      params_grad = params_grad || t.requires_grad();
+    }
+    for (const at::Tensor& t : present_biases) {
+      params_grad = params_grad || t.requires_grad();
+    }
+    variable_list to_save = {params_grad ? input : ops::shape_only(input)};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
     to_save.insert(to_save.end(), outputs.begin(), outputs.end() - (relu_last ? 0 : 1));
     ctx->save_for_backward(to_save);

@@ -223,7 +223,9 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
   for (size_t i = 0; i < layers.size(); ++i) {
     const bool relu = i < saved_outputs.size();
     layers[i].linear = prepare_cpu_layer(weights[i], std::nullopt, relu, /*forward_rows=*/0, /*block_rows=*/0);
-    layers[i].input = as_2d(i == 0 ? input : saved_outputs[i - 1]);
+    // Read for weight gradients only (without them, the saved input is a stand-in: shape_only).
+    const at::Tensor& layer_input = i == 0 ? input : saved_outputs[i - 1];
+    layers[i].input = params_grad ? as_2d(layer_input) : as_rows(layer_input);
     layers[i].relu_output = relu ? as_2d(saved_outputs[i]) : at::Tensor();
     layers[i].has_bias = has_bias.get(i);
   }
@@ -248,7 +250,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_cpu(
   }
   std::vector<BackLayer> layers(1);
   layers[0].linear = prepare_cpu_layer(weight, std::nullopt, /*relu=*/true, /*forward_rows=*/0, /*block_rows=*/0);
-  layers[0].input = as_rows(input).contiguous();
+  layers[0].input = weight_grad ? as_rows(input).contiguous() : as_rows(input);  // a stand-in without weight_grad
   layers[0].relu_bits = relu_mask.contiguous();
   layers[0].has_bias = bias_grad;
   const Grads g = blocked_backward(

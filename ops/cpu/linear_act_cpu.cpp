@@ -571,7 +571,9 @@ std::optional<std::vector<at::Tensor>> wide_mlp_backward(
     }
     const int64_t n = weights[i].size(0), k = weights[i].size(1);
     widest = std::max(widest, n);
-    inputs[i] = layer_input(i);
+    if (params_grad) {  // without, the saved input is a stand-in (shape_only)
+      inputs[i] = layer_input(i);
+    }
     relu_outs[i] = as_rows(saved_outputs[i]).contiguous();
     if (params_grad) {
       sums[i] = kernels->new_weight_sums(n, k, grad.options().dtype(at::kFloat));

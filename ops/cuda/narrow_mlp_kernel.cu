@@ -1090,7 +1090,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_backward_cuda(
     chunk.rows = std::min(chunk_rows, rows - row0);
     chunk.finalize = row0 + chunk.rows == rows;
     chunk.grad_out = row_address(grad_out2d, row0);
-    chunk.x = row_address(input2d, row0);
+    chunk.x = params_grad ? row_address(input2d, row0) : nullptr;  // read only for layer 0's weight gradient
     for (int l = 0; l < count; ++l) {
       if (chunk.out[l] != nullptr) {
         chunk.out[l] = row_address(outputs2d[l], row0);

@@ -88,6 +88,48 @@ def test_only_needed_grads_and_no_grad_mode(device):
         assert torch.ops.hypatia.fused_mlp(x, [w], [None], True).grad_fn is None
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("op", ["fused_linear_relu", "fused_mlp"])
+def test_input_written_after_the_call_with_frozen_weights(device, op, dtype):
+    # Gradients w.r.t. the input only (a frozen model, a saliency map): eager saves no input then,
+    # so writing to it after the call must not fail the backward (fuzzer seed 1 program 13829).
+    torch.manual_seed(3)
+    ws = [torch.randn(16, 8, device=device, dtype=dtype), torch.randn(4, 16, device=device, dtype=dtype)]
+    bs = [torch.randn(16, device=device, dtype=dtype), None]
+
+    def run(fused):
+        leaf = torch.randn(5, 8, device=device, dtype=dtype, generator=torch.Generator().manual_seed(4)).requires_grad_()
+        h = leaf.clone().unsqueeze(0)  # a view of a non-leaf, as the fuzzer's program wrote to
+        if op == "fused_linear_relu":
+            out = torch.ops.hypatia.fused_linear_relu(h, ws[0], bs[0]) if fused else F.relu(F.linear(h, ws[0], bs[0]))
+        else:
+            out = torch.ops.hypatia.fused_mlp(h, ws, bs, False) if fused else F.linear(F.relu(F.linear(h, ws[0], bs[0])), ws[1])
+        h.add_(1.0)
+        out.float().square().sum().backward()
+        return out.detach(), leaf.grad
+
+    (out, grad), (ref_out, ref_grad) = run(True), run(False)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    assert rel_error(out, ref_out) < tol and rel_error(grad, ref_grad) < tol
+
+
+def test_saves_the_input_only_for_weight_gradients(device):
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    w = torch.randn(32, 16, device=device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        torch.ops.hypatia.fused_linear_relu(x, w, None)
+        torch.ops.hypatia.fused_mlp(x, [w, w.t().contiguous()], [None, None], False)
+    # The input's place holds a stand-in with its shape and one element of storage.
+    stand_ins = [t for t in saved if t.shape == x.shape and t.dtype == x.dtype and t.untyped_storage().nbytes() == 4]
+    assert len(stand_ins) == 2 and not any(t is x for t in saved)
+
+
 def test_fused_linear_relu_saves_a_mask_not_the_output(device):
     saved = []
 

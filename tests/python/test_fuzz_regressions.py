@@ -215,6 +215,118 @@ class M(nn.Module):
         return self.fc17(F.relu(self.fc16(x))).relu()
 """
 
+# Seed 1, program 13829 (float32, crash): a frozen model differentiated w.r.t. its input, whose view
+# h1 is written after the fused chain read it; the ops saved the input although no weight gradient
+# needed it, and the backward failed the version check where eager's linear saves nothing of it.
+INPUT_VIEW_WRITTEN_AFTER_CALL = """
+class Sub6(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(33, 8)
+        self.b = nn.Linear(8, 33, bias=False)
+    def forward(self, y):
+        return self.b(F.relu(self.a(y)))
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc2 = nn.Linear(1, 33, bias=True)
+        self.act5 = nn.ReLU()
+        self.sub7 = Sub6()
+    def forward(self, x):
+        h1 = x.unsqueeze(0)
+        h3 = self.fc2(h1)
+        h4 = self.act5(h3)
+        h8 = self.sub7(h4)
+        h1.add_(1.0)
+        return (h8,)
+"""
+
+# Seed 1, program 14736 (float16): a program that writes to its input, whose unfused reference is
+# further from float64 than the fused module (the oracle's float64 check skipped such programs).
+HALF_INPUT_WRITTEN = """
+class Inner2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+    def forward(self, z):
+        return self.act(self.l(z))
+
+class Sub1(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(1, 4)
+        self.b = nn.Linear(4, 1, bias=True)
+        self.inner = Inner2()
+    def forward(self, y):
+        z = F.relu(self.a(y))
+        return self.b(z)
+
+class Inner8(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+    def forward(self, z):
+        return self.act(self.l(z))
+
+class Sub7(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(1, 4)
+        self.b = nn.Linear(4, 1, bias=True)
+        self.inner = Inner8()
+    def forward(self, y):
+        z = F.relu(self.a(y))
+        z = self.inner(z)
+        return self.b(z)
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub3 = Sub1()
+        self.fc5 = nn.Linear(1, 1, bias=False)
+        self.sub9 = Sub7()
+        self.fc11 = nn.Linear(1, 16, bias=True)
+        self.fc12 = nn.Linear(16, 3, bias=True)
+    def forward(self, x):
+        x.add_(1.0)
+        h4 = self.sub3(x)
+        h6 = h4
+        for _ in range(2):
+            h6 = F.relu(self.fc5(h6))
+        h10 = self.sub9(h6)
+        return h10
+    @torch.jit.export
+    def aux(self, x):
+        return self.fc12(F.relu(self.fc11(x))).relu()
+"""
+
+# Seed 1, program 15560 (bfloat16): the same (a returned value ReLU'd in place, the input written).
+BF16_INPUT_WRITTEN = """
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 1, bias=True)
+        self.fc7 = nn.Linear(1, 33, bias=True)
+        self.fc11 = nn.Linear(4, 1, bias=True)
+        self.fc13 = nn.Linear(1, 3, bias=True)
+        self.fc16 = nn.Linear(3, 3, bias=False)
+        self.act20 = nn.ReLU(inplace=True)
+        self.fc21 = nn.Linear(3, 16, bias=True)
+    def forward(self, x):
+        h12 = self.fc11(x)
+        h14 = self.fc13(h12)
+        h15 = F.relu(h14, inplace=True)
+        h17 = self.fc16(h15)
+        h18 = self.fc16(h17)
+        h19 = self.act20(h18)
+        h22 = self.fc21(h19)
+        h23 = h22.relu_()
+        x.relu_()
+        return [h23, h18]
+"""
+
 CASES = {
     "exported_method_kept_by_freeze": (EXPORTED_METHOD, {
         "shape": [3, 16], "dtype": "float32", "methods": ["forward", "aux"],
@@ -228,6 +340,10 @@ CASES = {
         "shape": [1, 1], "dtype": "float64", "methods": ["forward", "aux"],
         "variants": ["trace/eval/file+nomlp+ofi+saveload+grad", "trace/eval/file+nomlp", "trace/eval/cli+nomlp",
                      "trace/eval/file", "trace/eval/api+nomlp", "trace/eval/file+freeze"]}),
+    "input_view_written_after_call": (INPUT_VIEW_WRITTEN_AFTER_CALL, {
+        "shape": [1, 1], "dtype": "float32",
+        "variants": ["trace/eval/file+freeze+grad", "trace/eval/file+ofi+grad", "trace/eval/api+freeze+grad",
+                     "trace/eval/api+nomlp+freeze+grad"]}),
     "zero_feature_backward": (ZERO_FEATURE_BACKWARD, {
         "shape": [0, 1], "dtype": "float32", "methods": ["forward", "aux"],
         "variants": ["script/eval/api+ofi+grad", "script/eval/api+grad", "script/train/api+grad",
@@ -242,6 +358,11 @@ ORACLE_CASES = {
     "half_output_cancels": (HALF_OUTPUT_CANCELS, {
         "shape": [2, 2, 2, 16], "dtype": "float16", "methods": ["forward", "aux"],
         "variant": "script/eval/file+freeze+ofi+grad"}, "ok"),
+    "half_input_written": (HALF_INPUT_WRITTEN, {
+        "shape": [1, 1], "dtype": "float16", "methods": ["forward", "aux"],
+        "variant": "trace/eval/api+freeze+nomlp+ofi+saveload+grad"}, "ok"),
+    "bf16_input_written": (BF16_INPUT_WRITTEN, {
+        "shape": [4], "dtype": "bfloat16", "variant": "trace/eval/file+freeze+nomlp+ofi"}, "ok"),
     "half_grad_reference_off": (HALF_GRAD_REFERENCE_OFF, {
         "shape": [2, 5, 8], "dtype": "float16", "methods": ["forward", "aux"],
         "variant": "script/train/api+nomlp+grad"}, "ok"),

@@ -191,6 +191,31 @@ def test_fuse_is_idempotent_and_reports_skips():
     assert report.linear_relu == 0 and len(report.skipped) == 1 and "2 uses" in report.skipped[0]
 
 
+def test_graph_writing_its_input_gets_pairs_that_freeze_folds():
+    # torch.jit.freeze keeps a list's elements as attributes where the graph writes to its input
+    # in place, so a chain of the module's weights there becomes pairs (fuzzer seed 1 program 13829).
+    class WritesInput(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+
+        def forward(self, x):
+            y = self.b(F.relu(self.a(x)))
+            x.add_(1.0)
+            return y
+
+    fused, report = hypatia_ops.fuse(torch.jit.script(make(WritesInput).eval()), return_report=True)
+    assert (count(fused, "fused_mlp"), count(fused, "fused_linear_relu")) == (0, 1)
+    assert any("writes to its input in place" in why for why in report.skipped), report.skipped
+    frozen = torch.jit.freeze(fused)
+    assert "prim::GetAttr" not in str(frozen.graph)  # every weight folded into a constant
+    x = torch.randn(3, 4, dtype=torch.float64)
+    assert rel_error(frozen(x.clone()), make(WritesInput)(x.clone())) < 1e-12
+    # Frozen first, the chain's weights are constants: fused_mlp.
+    refrozen = hypatia_ops.fuse(torch.jit.freeze(torch.jit.script(make(WritesInput).eval())))
+    assert count(refrozen, "fused_mlp") == 1
+
+
 def test_fuse_rejects_eager_modules():
     with pytest.raises(TypeError, match="ScriptModule"):
         hypatia_ops.fuse(nn.Linear(2, 2))
