@@ -113,34 +113,33 @@ def test_input_written_after_the_call_with_frozen_weights(device, op, dtype):
     assert rel_error(out, ref_out) < tol and rel_error(grad, ref_grad) < tol
 
 
-def test_saves_the_input_only_for_weight_gradients(device):
+def saved_by(call):
+    """(the tensors autograd saved while call() ran, its result)."""
     saved = []
 
     def pack(t):
         saved.append(t)
         return t
 
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = call()
+    return saved, result
+
+
+def test_saves_the_input_only_for_weight_gradients(device):
     x = torch.randn(8, 16, device=device, requires_grad=True)
     w = torch.randn(32, 16, device=device)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        torch.ops.hypatia.fused_linear_relu(x, w, None)
-        torch.ops.hypatia.fused_mlp(x, [w, w.t().contiguous()], [None, None], False)
+    saved, _ = saved_by(lambda: (torch.ops.hypatia.fused_linear_relu(x, w, None),
+                                 torch.ops.hypatia.fused_mlp(x, [w, w.t().contiguous()], [None, None], False)))
     # The input's place holds a stand-in with its shape and one element of storage.
     stand_ins = [t for t in saved if t.shape == x.shape and t.dtype == x.dtype and t.untyped_storage().nbytes() == 4]
     assert len(stand_ins) == 2 and not any(t is x for t in saved)
 
 
 def test_fused_linear_relu_saves_a_mask_not_the_output(device):
-    saved = []
-
-    def pack(t):
-        saved.append(t)
-        return t
-
     x = torch.randn(8, 16, device=device, requires_grad=True)
     w = torch.randn(32, 16, device=device, requires_grad=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = torch.ops.hypatia.fused_linear_relu(x, w, None)
+    saved, out = saved_by(lambda: torch.ops.hypatia.fused_linear_relu(x, w, None))
     kinds = sorted(((tuple(t.shape), t.dtype) for t in saved), key=str)
     # 1 bit per output element, on every device (32 bits padded to cuBLASLt's 128 per row).
     mask = ((8, 16), torch.uint8)
