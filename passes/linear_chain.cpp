@@ -304,10 +304,13 @@ bool writes_an_input(const std::shared_ptr<Graph>& graph, const torch::jit::Alia
       inputs.insert(v);
     }
   }
+  if (inputs.empty()) {
+    return false;
+  }
   std::shared_ptr<Graph> g = graph;  // the iterator takes a non-const reference
   torch::jit::DepthFirstGraphNodeIterator it(g);
   for (Node* n = it.next(); n != nullptr; n = it.next()) {
-    if (!inputs.empty() && alias_db.writesToAlias(n, inputs)) {
+    if (alias_db.writesToAlias(n, inputs)) {
       return true;
     }
   }

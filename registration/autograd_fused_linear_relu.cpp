@@ -1,7 +1,7 @@
 // Autograd for fused_linear_relu: the forward saves input (where the weight gradient is wanted),
-// weight and the ReLU mask (not the output) at 1 bit per element (_fused_linear_relu_masked). The backward is dgrad / wgrad /
-// bias-sum on the masked gradient, one op (_fused_linear_relu_backward); under create_graph the same
-// composition from differentiable ATen ops only, so double backward works too.
+// weight and the ReLU mask (not the output) at 1 bit per element (_fused_linear_relu_masked). The
+// backward is dgrad / wgrad / bias-sum on the masked gradient, one op (_fused_linear_relu_backward);
+// under create_graph the same composition from differentiable ATen ops only, so double backward works too.
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 

@@ -10,12 +10,18 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 namespace hypatia {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using OptionalTensorList = c10::List<std::optional<at::Tensor>>;
+
+bool any_requires_grad(at::TensorList tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.requires_grad(); });
+}
 
 class FusedMLP : public torch::autograd::Function<FusedMLP> {
  public:
@@ -39,13 +45,7 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     // Saved: input (where parameter gradients are wanted: the backward computes all of them or
     // none, and layer 0's weight gradient reads it; eager keeps no input it does not need), weights,
     // outputs of layers 0..L-2, and the last output when ReLU follows it.
-    bool params_grad = false;
-    for (const at::Tensor& t : weights) {
-      params_grad = params_grad || t.requires_grad();
-    }
-    for (const at::Tensor& t : present_biases) {
-      params_grad = params_grad || t.requires_grad();
-    }
+    const bool params_grad = any_requires_grad(weights) || any_requires_grad(present_biases);
     variable_list to_save = {params_grad ? input : ops::shape_only(input)};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
     to_save.insert(to_save.end(), outputs.begin(), outputs.end() - (relu_last ? 0 : 1));
@@ -98,10 +98,7 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
 };
 
 bool any_requires_grad(const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases) {
-  bool any = input.requires_grad();
-  for (const at::Tensor& w : weights) {
-    any = any || w.requires_grad();
-  }
+  bool any = input.requires_grad() || any_requires_grad(weights);
   for (const std::optional<at::Tensor>& b : biases) {
     any = any || (b.has_value() && b->requires_grad());
   }

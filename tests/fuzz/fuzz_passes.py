@@ -518,6 +518,13 @@ def _flatten(out) -> List[Tuple[str, Any]]:
     return [("", out)]
 
 
+def weighted_sum(outputs):
+    """The scalar whose gradients are compared: the outputs weighted by a fixed random tensor each
+    (the same weights for the reference, the fused module and the float64 check), in float64."""
+    g = torch.Generator().manual_seed(99)
+    return sum((t.double() * torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)).sum() for t in outputs)
+
+
 def _compare(what: str, ref, out, tol: float) -> Optional[str]:
     if ref is None or out is None:
         if ref is None and out is None:
@@ -719,9 +726,7 @@ class Runner:
                 if grad:
                     diff = [(k, t) for k, t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
                     if diff:
-                        g = torch.Generator().manual_seed(99)
-                        loss = sum((t.double() * torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)).sum()
-                                   for _, t in diff)
+                        loss = weighted_sum(t for _, t in diff)
                         names = ["input"] + list(params)
                         got = torch.autograd.grad(loss, [leaf] + list(params.values()), allow_unused=True)
                         grads = dict(zip(names, got))
@@ -786,8 +791,7 @@ class Runner:
             pairs = [(r, o, d) for (_, r), (_, o), (_, d) in zip(rflat, oflat, dflat)] + [(rin, oin, inp)]
             if v["grad"] and rgrads:
                 diff = [t for _, t in dflat if isinstance(t, torch.Tensor) and t.requires_grad]
-                g = torch.Generator().manual_seed(99)
-                loss = sum((t * torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)).sum() for t in diff)
+                loss = weighted_sum(diff)
                 got = dict(zip(["input"] + list(params), torch.autograd.grad(
                     loss, [leaf] + list(params.values()), allow_unused=True)))
                 pairs += [(rgrads[k], ograds.get(k), got.get(k)) for k in rgrads]
