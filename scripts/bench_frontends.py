@@ -135,6 +135,10 @@ def by_hand(model: nn.Module) -> nn.Module:
     return OpsFFN(model) if isinstance(model, refm.TransformerFFN) else OpsChain(model)
 
 
+class PackageNotLoadable(RuntimeError):
+    """The machine, not the library: its AOTInductor packages cannot be loaded by a Python process."""
+
+
 def aoti_runner(model, x, fused: bool, workdir: Path):
     """(callable, seconds to export and package) for an AOTInductor package of `model` on x's shape."""
     t = time.perf_counter()
@@ -144,6 +148,8 @@ def aoti_runner(model, x, fused: bool, workdir: Path):
             ep = hypatia_ops.fuse_exported(ep)
         path = torch._inductor.aoti_compile_and_package(
             ep, package_path=str(workdir / f"{'fused' if fused else 'unfused'}_{os.getpid()}_{time.monotonic_ns()}.pt2"))
+    if hypatia_ops.export.package_links_libstdcxx_statically(path):  # would crash this process
+        raise PackageNotLoadable("Inductor linked libstdc++ into the package here; Python cannot load it (docs/compile.md)")
     runner = torch._inductor.aoti_load_package(path)
     return runner, time.perf_counter() - t
 
@@ -265,7 +271,7 @@ def run_row(args, name, spec, mode, dtype, workdir, budget, profile_lines):
             timed[comp] = (call, None)
         except Exception as e:  # a competitor that cannot run a row is recorded; hypatia's failure fails it
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            if comp in ("hypatia", "ops", "ops_compile", "aoti_fused"):
+            if comp in ("hypatia", "ops", "ops_compile", "aoti_fused") and not isinstance(e, PackageNotLoadable):
                 fail(row, f"{comp} raised {why}")
             else:
                 row["skipped"][comp] = why

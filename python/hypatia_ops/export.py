@@ -10,7 +10,9 @@ calls the ops from C++ (the library must be loaded where the package runs).
 from __future__ import annotations
 
 import copy
-from typing import Tuple, Union
+import struct
+import zipfile
+from typing import List, Tuple, Union
 
 import torch
 from torch.export import ExportedProgram
@@ -65,3 +67,34 @@ def _signature_for(gm: torch.fx.GraphModule, old: ExportGraphSignature) -> Expor
     inputs = [InputSpec(s.kind, renamed(s.arg, n), s.target, s.persistent) for s, n in zip(old.input_specs, placeholders)]
     outputs = [OutputSpec(s.kind, renamed(s.arg, n), s.target) for s, n in zip(old.output_specs, returned)]
     return ExportGraphSignature(input_specs=inputs, output_specs=outputs)
+
+
+def package_links_libstdcxx_statically(path: str) -> bool:
+    """Whether a .pt2 package's compiled model carries its own libstdc++ (no libstdc++.so among its
+    ELF DT_NEEDED entries) instead of using the process's. Where Inductor builds packages that way
+    (seen on a GPU machine with Ubuntu 24.04 and gcc 13.3), every package, with or without the
+    hypatia ops, crashed in torch._inductor.aoti_load_package inside the package's std::regex, while
+    a C++ process (hypatia-run) loaded and ran the same files: docs/compile.md."""
+    with zipfile.ZipFile(path) as package:
+        libraries = [package.read(n) for n in package.namelist() if n.endswith(".so")]
+    return any(not any(n.startswith("libstdc++.so") for n in _elf_needed(lib)) for lib in libraries)
+
+
+def _elf_needed(image: bytes) -> List[str]:
+    """The DT_NEEDED names of a little-endian ELF64 shared object held in memory."""
+    if image[:6] != b"\x7fELF\x02\x01":
+        return []
+    shoff, = struct.unpack_from("<Q", image, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", image, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * shentsize) for i in range(shnum)]
+    names = []
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 6:  # SHT_DYNAMIC; its sh_link names the string table (.dynstr)
+            continue
+        strtab = sections[link][4]
+        for at in range(offset, offset + size, entsize or 16):
+            tag, value = struct.unpack_from("<qQ", image, at)
+            if tag == 1:  # DT_NEEDED
+                end = image.index(b"\0", strtab + value)
+                names.append(image[strtab + value:end].decode())
+    return names

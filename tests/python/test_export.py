@@ -1,6 +1,7 @@
 """hypatia_ops.fuse_exported on torch.export programs: what it fuses and refuses, the fused program
 through .module() (outputs and gradients against eager), torch.export.save / load, export again,
 and an AOTInductor package of it run with torch._inductor.aoti_load_package."""
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -163,7 +164,14 @@ def aoti_package(device, directory):
     return model, path
 
 
+# Why a machine cannot run these tests in Python; hypatia-run still loads its packages (test_aoti_package.py).
+OWN_LIBSTDCXX = ("this machine's Inductor links libstdc++ into AOTInductor packages, which crash when a Python "
+                 "process loads them (PyTorch, docs/compile.md)")
+
+
 def check_runs_like_eager(model, path, device):
+    if hypatia_ops.export.package_links_libstdcxx_statically(path):
+        pytest.skip(OWN_LIBSTDCXX)
     runner = torch._inductor.aoti_load_package(path)
     for rows in (1, 7, 33):
         x = torch.randn(rows, 6, device=device)
@@ -180,6 +188,8 @@ def test_aot_inductor_package_cpu(cpu_package):
 
 
 def test_aot_inductor_package_needs_the_library(cpu_package):
+    if hypatia_ops.export.package_links_libstdcxx_statically(cpu_package[1]):
+        pytest.skip(OWN_LIBSTDCXX)
     script = f"import torch; torch._inductor.aoti_load_package({str(cpu_package[1])!r})"
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Could not find schema for hypatia::fused_mlp" in proc.stderr
@@ -188,3 +198,17 @@ def test_aot_inductor_package_needs_the_library(cpu_package):
 @requires_cuda
 def test_aot_inductor_package_cuda(tmp_path):
     check_runs_like_eager(*aoti_package("cuda", tmp_path), "cuda")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_package_links_libstdcxx_statically(tmp_path):
+    """Told apart by the ELF DT_NEEDED entries of the package's shared objects."""
+    (tmp_path / "m.cpp").write_text('#include <string>\nextern "C" int m(const char* s) { return std::string(s).size(); }\n')
+    for linkage, flags in (("dynamic", []), ("static", ["-static-libstdc++"])):
+        so = tmp_path / f"{linkage}.so"
+        subprocess.run(["g++", "-shared", "-fPIC", *flags, str(tmp_path / "m.cpp"), "-o", str(so)], check=True)
+        with zipfile.ZipFile(tmp_path / f"{linkage}.pt2", "w") as package:
+            package.write(so, "model/data/aotinductor/model/wrapper.so")
+            package.writestr("model/data/aotinductor/model/wrapper.json", "{}")
+    assert not hypatia_ops.export.package_links_libstdcxx_statically(tmp_path / "dynamic.pt2")
+    assert hypatia_ops.export.package_links_libstdcxx_statically(tmp_path / "static.pt2")
