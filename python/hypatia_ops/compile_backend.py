@@ -13,8 +13,10 @@ a tag of its own (a hash of this package's rewrite code and of the loaded librar
 kernels AOTAutograd traces) to torch.compiler.config.cache_key_tag while it compiles, so that a
 changed pass or library never reuses a graph traced through the old one.
 
-A graph left with nothing but fused ops runs without AOTAutograd and Inductor, whose per-call host
-time would be all they add (docs/compile.md). The name "hypatia" is registered when torch._dynamo
+A graph left with nothing but fused ops, and a graph that will be differentiated, run without
+AOTAutograd and Inductor: their per-call host time is all they add to the first and more than
+Inductor's fusions save in the second (measured: docs/compile.md). mode, options or the option
+"hypatia.inductor" (True / False) decide otherwise. The name "hypatia" is registered when torch._dynamo
 is imported (by torch.compile), so that `import hypatia_ops` does not import it.
 """
 from __future__ import annotations
@@ -33,6 +35,8 @@ from . import FusionReport, library_path
 from .fx_fusion import FUSED_LINEAR_RELU, FUSED_MLP, fuse_graph_module
 
 EAGER_TARGETS = {FUSED_LINEAR_RELU, FUSED_MLP, torch.ops.aten._to_copy.default}
+# The backend's own key in torch.compile's options: True / False sends every graph to Inductor / none.
+INDUCTOR_OPTION = "hypatia.inductor"
 
 # The reports of the graphs compiled last, oldest first (one per graph: a graph break makes two).
 _reports: collections.deque = collections.deque(maxlen=64)
@@ -75,15 +79,29 @@ def only_fused_ops(gm: torch.fx.GraphModule) -> bool:
                for n in gm.graph.nodes)
 
 
+def differentiated(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> bool:
+    """Whether autograd will record `gm`'s calls: grad mode is on (Dynamo guards on it) and an input
+    or parameter requires grad."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)] + list(gm.parameters())
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def hypatia_backend(gm: torch.fx.GraphModule, example_inputs: List[Any], mode: Optional[str] = None,
                     options: Optional[dict] = None):
-    """Fuses `gm` in place, records the report, and compiles it with Inductor; a graph left with
-    nothing but fused ops runs as it is (see docs/compile.md: AOTAutograd and Inductor would add
-    only their per-call host time), unless mode or options ask Inductor for something."""
+    """Fuses `gm` in place, records the report, and compiles it with Inductor, or returns it to run as
+    it is (the fused ops with their C++ autograd, the rest eager) where it holds nothing but fused ops
+    or will be differentiated (docs/compile.md: AOTAutograd's and Inductor's host time), unless mode
+    or options ask Inductor for something. options["hypatia.inductor"] (True / False) decides alone."""
+    options = dict(options or {})
+    use_inductor = options.pop(INDUCTOR_OPTION, None)
+    if use_inductor not in (None, True, False):
+        raise ValueError(f'backend "hypatia": options["{INDUCTOR_OPTION}"] must be True or False, not {use_inductor!r}')
     rewrite(gm)
-    if only_fused_ops(gm) and (mode in (None, "default")) and not options:
+    if use_inductor is None:
+        use_inductor = bool(mode or options) or not (only_fused_ops(gm) or differentiated(gm, example_inputs))
+    if not use_inductor:
         return gm.forward
-    inductor = torch._TorchCompileInductorWrapper(mode, options, None)
+    inductor = torch._TorchCompileInductorWrapper(mode, options or None, None)
     user_tag = torch.compiler.config.cache_key_tag
     with torch.compiler.config.patch(cache_key_tag=f"{user_tag}|{cache_tag()}" if user_tag else cache_tag()):
         return inductor(gm, example_inputs)

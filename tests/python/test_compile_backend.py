@@ -1,7 +1,8 @@
 """torch.compile(model, backend="hypatia"): which chains it fuses and refuses (the report and the
 ops that run), outputs and gradients against eager, dynamic shapes, autocast, Inductor options and
-Inductor's caches. Graphs left with nothing but fused ops run without Inductor (fast to compile);
-the tests that need Inductor share one compiled LayerNorm block per device."""
+Inductor's caches. Graphs left with nothing but fused ops, and graphs that will be differentiated,
+run without Inductor (fast to compile); the tests that need Inductor share one compiled LayerNorm
+block per device."""
 import os
 import subprocess
 import sys
@@ -302,17 +303,40 @@ class NormBlock(nn.Module):
 
 @pytest.fixture(scope="module")
 def inductor_block():
-    """One NormBlock per device and its compiled form (Inductor), shared by the tests below."""
+    """One NormBlock per device and its compiled form, Inductor's for training too (by default a
+    differentiated graph runs as it is), shared by the tests below."""
     made = {}
 
     def get(device):
         if device not in made:
             torch.manual_seed(0)
             model = NormBlock().to(device)
-            made[device] = (model, compiled(model, fullgraph=True))
+            made[device] = (model, compiled(model, fullgraph=True, options={compile_backend.INDUCTOR_OPTION: True}))
         return made[device]
 
     return get
+
+
+def test_differentiated_graph_runs_as_it_is_unless_asked():
+    """Training: AOTAutograd's and Inductor's host time costs more than Inductor's fusions save
+    (docs/compile.md), so the fused graph runs as it is, the ops' C++ autograd included; the
+    backend's option sends it to Inductor, or keeps an inference graph from it."""
+    torch.manual_seed(0)
+    model, x = NormBlock(), torch.randn(6, 8, requires_grad=True)
+    counters.clear()
+    out = compiled(model, fullgraph=True)(x)
+    params = [x] + list(model.parameters())
+    for g, r in zip(torch.autograd.grad(out.sum(), params), torch.autograd.grad(model(x).sum(), params)):
+        assert rel_error(g, r) < 1e-6
+    assert counters["aot_autograd"]["total"] == 0
+    assert hypatia_ops.last_compile_report().mlp == 1
+    assert "hypatia::fused_mlp" in ops_run(lambda: compiled(model)(x))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        compiled(model, options={compile_backend.INDUCTOR_OPTION: False})(x)
+    assert counters["aot_autograd"]["total"] == 0
+    with pytest.raises(Exception, match='options\\["hypatia.inductor"\\] must be True or False'):
+        compiled(model, options={compile_backend.INDUCTOR_OPTION: "yes"})(x)
 
 
 def test_training_runs_the_ops_own_backward_through_inductor(device, inductor_block):
