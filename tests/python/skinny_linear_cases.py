@@ -95,8 +95,8 @@ def graph_and_profile():
 
 
 def uncovered():
-    """Problems the kernel does not take run as before: 257 rows, a float32 K of 6 (rows not a
-    multiple of 16 bytes), float64."""
+    """Problems the kernel does not take run as before (257 rows, float64), and a float32 K of 6,
+    whose rows are not a multiple of 16 bytes, padded with zero columns to a K of 8 that it takes."""
     for lead, k, n, dtype in (((257,), 64, 48, torch.float32), ((4,), 6, 24, torch.float32),
                               ((4,), 64, 24, torch.float64)):
         x, w, b = data(lead, k, n, dtype, 3)

@@ -98,7 +98,7 @@ def test_input_written_after_the_call_with_frozen_weights(device, op, dtype):
     bs = [torch.randn(16, device=device, dtype=dtype), None]
 
     def run(fused):
-        leaf = torch.randn(5, 8, device=device, dtype=dtype, generator=torch.Generator().manual_seed(4)).requires_grad_()
+        leaf = torch.randn(5, 8, dtype=dtype, generator=torch.Generator().manual_seed(4)).to(device).requires_grad_()
         h = leaf.clone().unsqueeze(0)  # a view of a non-leaf, as the fuzzer's program wrote to
         if op == "fused_linear_relu":
             out = torch.ops.hypatia.fused_linear_relu(h, ws[0], bs[0]) if fused else F.relu(F.linear(h, ws[0], bs[0]))
