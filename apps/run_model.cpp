@@ -1,6 +1,8 @@
 // hypatia-run's models (apps/run_model.h).
 #include "apps/run_model.h"
 
+#include <hypatia/fuse.h>
+
 #include "io/model_file.h"
 #include "io/text.h"
 
@@ -66,24 +68,6 @@ std::optional<int64_t> weight_in_features(torch::jit::Value* weight) {
     if (w.dim() == 2) return w.size(1);
   }
   return std::nullopt;
-}
-
-const c10::Symbol& fused_linear_relu_symbol() {
-  static const auto symbol = c10::Symbol::fromQualString("hypatia::fused_linear_relu");
-  return symbol;
-}
-
-const c10::Symbol& fused_mlp_symbol() {
-  static const auto symbol = c10::Symbol::fromQualString("hypatia::fused_mlp");
-  return symbol;
-}
-
-void count_nodes(torch::jit::Block* block, NodeCounts& counts) {
-  for (torch::jit::Node* node : block->nodes()) {
-    if (node->kind() == fused_linear_relu_symbol()) ++counts.linear_relu;
-    if (node->kind() == fused_mlp_symbol()) ++counts.mlp;
-    for (torch::jit::Block* inner : node->blocks()) count_nodes(inner, counts);
-  }
 }
 
 }  // namespace
@@ -236,7 +220,7 @@ std::optional<int64_t> Model::infer_features() const {
   for (torch::jit::Node* node : graph->nodes()) {
     if (node->inputs().empty() || node->input(0) != input) continue;
     const auto kind = node->kind();
-    if (kind == c10::aten::linear || kind == fused_linear_relu_symbol() || kind == fused_mlp_symbol()) {
+    if (kind == c10::aten::linear || kind == hypatia::fused_linear_relu_symbol() || kind == hypatia::fused_mlp_symbol()) {
       return weight_in_features(node->input(1));
     }
     if (kind == c10::aten::layer_norm) return last_constant_int(node->input(1));
@@ -249,7 +233,9 @@ NodeCounts Model::hypatia_nodes() const {
   if (module_) {
     const auto graph = module_->get_method("forward").graph()->copy();
     torch::jit::Inline(*graph);
-    count_nodes(graph->block(), counts);
+    for (torch::jit::Node* node : hypatia::fused_nodes(*graph->block())) {
+      ++(node->kind() == hypatia::fused_mlp_symbol() ? counts.mlp : counts.linear_relu);
+    }
     return counts;
   }
   // The package's extern kernel nodes: data/aotinductor/model/<name>.json, beside the .so.

@@ -23,16 +23,13 @@ void add(FusionReport& into, const FusionReport& from) {
   into.skipped.insert(into.skipped.end(), from.skipped.begin(), from.skipped.end());
 }
 
-// The hypatia:: op nodes in `block` and its nested blocks.
-void fused_nodes(torch::jit::Block& block, std::unordered_set<torch::jit::Node*>& out) {
-  static const auto fused_linear_relu = c10::Symbol::fromQualString("hypatia::fused_linear_relu");
-  static const auto fused_mlp = c10::Symbol::fromQualString("hypatia::fused_mlp");
+void collect_fused_nodes(torch::jit::Block& block, std::vector<torch::jit::Node*>& out) {
   for (torch::jit::Node* n : block.nodes()) {
-    if (n->kind() == fused_linear_relu || n->kind() == fused_mlp) {
-      out.insert(n);
+    if (n->kind() == fused_linear_relu_symbol() || n->kind() == fused_mlp_symbol()) {
+      out.push_back(n);
     }
     for (torch::jit::Block* sub : n->blocks()) {
-      fused_nodes(*sub, out);
+      collect_fused_nodes(*sub, out);
     }
   }
 }
@@ -40,15 +37,12 @@ void fused_nodes(torch::jit::Block& block, std::unordered_set<torch::jit::Node*>
 // Sets the counts of `report` to the fused nodes in `graph` that are not in `before`.
 void count_new_fused_nodes(
     torch::jit::Graph& graph, const std::unordered_set<torch::jit::Node*>& before, FusionReport& report) {
-  static const auto fused_mlp = c10::Symbol::fromQualString("hypatia::fused_mlp");
-  std::unordered_set<torch::jit::Node*> after;
-  fused_nodes(*graph.block(), after);
   report.linear_relu = report.mlp = report.mlp_layers = 0;
-  for (torch::jit::Node* n : after) {
+  for (torch::jit::Node* n : fused_nodes(*graph.block())) {
     if (before.count(n)) {
       continue;
     }
-    if (n->kind() == fused_mlp) {
+    if (n->kind() == fused_mlp_symbol()) {
       ++report.mlp;
       report.mlp_layers += static_cast<int>(n->input(1)->node()->inputs().size());  // the pass's ListConstruct
     } else {
@@ -58,6 +52,22 @@ void count_new_fused_nodes(
 }
 
 }  // namespace
+
+const c10::Symbol& fused_linear_relu_symbol() {
+  static const auto symbol = c10::Symbol::fromQualString("hypatia::fused_linear_relu");
+  return symbol;
+}
+
+const c10::Symbol& fused_mlp_symbol() {
+  static const auto symbol = c10::Symbol::fromQualString("hypatia::fused_mlp");
+  return symbol;
+}
+
+std::vector<torch::jit::Node*> fused_nodes(torch::jit::Block& block) {
+  std::vector<torch::jit::Node*> nodes;
+  collect_fused_nodes(block, nodes);
+  return nodes;
+}
 
 std::string FusionReport::to_string() const {
   std::string out = "fused: " + std::to_string(linear_relu) + " fused_linear_relu, " + std::to_string(mlp) +
@@ -118,8 +128,8 @@ FusionReport fuse(torch::jit::Module& module, const FuseOptions& options) {
     // Dead chains (a traced in-place ReLU on a value nothing reads survives ConstantPropagation)
     // would become fused nodes that the report counts and that saving the module drops.
     torch::jit::EliminateDeadCode(graph);
-    std::unordered_set<torch::jit::Node*> before;
-    fused_nodes(*graph->block(), before);
+    const auto existing = fused_nodes(*graph->block());
+    const std::unordered_set<torch::jit::Node*> before(existing.begin(), existing.end());
     FusionReport method_report = fuse_graph(graph, options);
     // A fused op is pure where the in-place ReLU it replaced was not, so a chain whose result
     // nothing reads (a traced relu_ feeding only dead code) only becomes dead now: remove it, and

@@ -1,5 +1,7 @@
 #include "passes/linear_chain.h"
 
+#include <hypatia/fuse.h>
+
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/runtime/graph_iterator.h>
@@ -379,8 +381,6 @@ std::vector<LinearChain> find_chains(
 }
 
 void rewrite_chains(Graph& graph, const std::vector<LinearChain>& chains) {
-  static const auto fused_linear_relu = c10::Symbol::fromQualString("hypatia::fused_linear_relu");
-  static const auto fused_mlp = c10::Symbol::fromQualString("hypatia::fused_mlp");
   std::vector<Node*> transposes;
   // A chain may read the output of one rewritten before it (pairs in a row).
   std::unordered_map<Value*, Value*> replaced;
@@ -400,7 +400,7 @@ void rewrite_chains(Graph& graph, const std::vector<LinearChain>& chains) {
     Node* fused = nullptr;
     if (chain.layers.size() == 1) {
       const auto& layer = chain.layers.front();
-      fused = graph.create(fused_linear_relu, {current(layer.input), weight(layer), bias_or_none(layer)});
+      fused = graph.create(fused_linear_relu_symbol(), {current(layer.input), weight(layer), bias_or_none(layer)});
     } else {
       std::vector<Value*> weights;
       std::vector<Value*> biases;
@@ -411,7 +411,7 @@ void rewrite_chains(Graph& graph, const std::vector<LinearChain>& chains) {
       Value* weight_list = graph.insertNode(graph.createList(c10::TensorType::get(), weights))->output();
       Value* bias_list = graph.insertNode(graph.createList(c10::OptionalType::ofTensor(), biases))->output();
       fused = graph.create(
-          fused_mlp,
+          fused_mlp_symbol(),
           {current(chain.layers.front().input), weight_list, bias_list, graph.insertConstant(chain.relu_last)});
     }
     graph.insertNode(fused);

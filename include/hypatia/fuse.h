@@ -33,6 +33,13 @@ FusionReport fuse(torch::jit::Module& module, const FuseOptions& options = {});
 // freezing: options.freeze is ignored.
 FusionReport fuse_graph(const std::shared_ptr<torch::jit::Graph>& graph, const FuseOptions& options = {});
 
+// The kinds of the nodes the passes create.
+const c10::Symbol& fused_linear_relu_symbol();
+const c10::Symbol& fused_mlp_symbol();
+
+// The fused nodes (either kind) of `block` and of the blocks nested in it, in graph order.
+std::vector<torch::jit::Node*> fused_nodes(torch::jit::Block& block);
+
 // Opt-in: from now on, TorchScript graphs run by the graph executor in this process are
 // fused through its custom-pass hook. Idempotent.
 void enable_auto_fusion();
