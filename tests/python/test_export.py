@@ -164,14 +164,16 @@ def aoti_package(device, directory):
     return model, path
 
 
-# Why a machine cannot run these tests in Python; hypatia-run still loads its packages (test_aoti_package.py).
-OWN_LIBSTDCXX = ("this machine's Inductor links libstdc++ into AOTInductor packages, which crash when a Python "
-                 "process loads them (PyTorch, docs/compile.md)")
+def skip_where_python_cannot_load(path):
+    """Skips on a machine whose packages crash a Python process that loads them; hypatia-run still
+    loads them there (test_aoti_package.py)."""
+    if hypatia_ops.export.package_links_libstdcxx_statically(path):
+        pytest.skip("this machine's Inductor links libstdc++ into AOTInductor packages, which crash when a Python "
+                    "process loads them (PyTorch, docs/compile.md)")
 
 
 def check_runs_like_eager(model, path, device):
-    if hypatia_ops.export.package_links_libstdcxx_statically(path):
-        pytest.skip(OWN_LIBSTDCXX)
+    skip_where_python_cannot_load(path)
     runner = torch._inductor.aoti_load_package(path)
     for rows in (1, 7, 33):
         x = torch.randn(rows, 6, device=device)
@@ -188,8 +190,7 @@ def test_aot_inductor_package_cpu(cpu_package):
 
 
 def test_aot_inductor_package_needs_the_library(cpu_package):
-    if hypatia_ops.export.package_links_libstdcxx_statically(cpu_package[1]):
-        pytest.skip(OWN_LIBSTDCXX)
+    skip_where_python_cannot_load(cpu_package[1])
     script = f"import torch; torch._inductor.aoti_load_package({str(cpu_package[1])!r})"
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Could not find schema for hypatia::fused_mlp" in proc.stderr
