@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
-from conftest import TOLERANCE, linear_operands, rel_error  # noqa: E402
+from conftest import TOLERANCE, linear_operands, rel_error, run_case_from_argv  # noqa: E402
 
 # (M, K, N): rows not a multiple of any tile, K and N ragged for 128-wide tiles.
 SHAPES = [(300, 96, 136), (520, 264, 200)]
@@ -76,5 +76,4 @@ def by_length():
 
 
 if __name__ == "__main__":
-    check = globals()[sys.argv[1]]
-    check(*(getattr(torch, a) for a in sys.argv[2:]))
+    run_case_from_argv(globals())

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 import hypatia_ops  # noqa: E402,F401  (loads the library)
-from conftest import TOLERANCE, linear_operands as data, rel_error  # noqa: E402
+from conftest import TOLERANCE, linear_operands as data, rel_error, run_case_from_argv  # noqa: E402
 
 # (leading dims of the input, K, N): M from 1 to 256 (the kernel's limit) in one or several
 # 32-row blocks, the last one ragged; K shorter than one 128-byte slice, not a whole number of
@@ -106,5 +106,4 @@ def uncovered():
 
 
 if __name__ == "__main__":
-    check = globals()[sys.argv[1]]
-    check(*(getattr(torch, a) for a in sys.argv[2:]))
+    run_case_from_argv(globals())
