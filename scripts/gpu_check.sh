@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine (no network, torch in the system python3):
-#   gpu_check.sh [all|build|tests|bench|multi|apps|reliability|frontends|frontends-tests|frontends-bench] [bench_ops.py / bench_frontends.py arguments...]
+#   gpu_check.sh [all|build|tests|suite|bench|multi|apps|reliability|frontends|frontends-tests|frontends-bench] [bench_ops.py / bench_frontends.py arguments...]
 # build: only the sm_90 build (a device call of its own, so that `tests` on the same warm machine
 # fits the device tool's 10 minutes a call: on a fresh H100 machine build + tests took ~10 min);
 # tests: build (if not done) and run the whole suite, then the bundled models end to end on CUDA
@@ -16,6 +16,8 @@
 # 2000), then scripts/sanitize.sh gpu (compute-sanitizer): fuzz-cuda.log, compute-sanitizer-*.log.
 # apps: build, then the tests of hypatia-run and hypatia-fuse on CPU and CUDA (inputs, --parallel
 # on streams, AOTInductor packages compiled for and run on the GPU, hostile files): apps.log.
+# suite: build (if not done), then ctest and the whole pytest suite with 8 workers (pytest-xdist),
+# no benchmarks: suite-8-workers.log.
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
 # Logs and results go to $OUT (the device tool's folder), else to the committed current results:
 # docs/perf/h100/ (multi: docs/perf/multi-gpu/), which they replace (docs/perf/README.md).
@@ -60,6 +62,18 @@ if [ "$phase" = all ] || [ "$phase" = tests ]; then
   bash "$root/scripts/bench_models.sh" cuda 2>&1 | tee "$out/e2e.log"
   e2e_rc=${PIPESTATUS[0]}
   [ "$tests_rc" = 0 ] && [ "$e2e_rc" = 0 ] || status=1
+fi
+
+if [ "$phase" = suite ]; then
+  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
+    || { tail -30 "$out/build.log"; exit 1; }
+  log="$out/suite-8-workers.log"
+  header "The whole suite on the GPU: ctest, then pytest with 8 workers (pytest-xdist)" >"$log"
+  (cd "$HYPATIA_BUILD_DIR" && ctest --output-on-failure 2>&1) | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  (cd "$root" && python3 -m pytest -q -rs -n 8 --dist loadfile -p no:cacheprovider tests/python 2>&1) | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  echo "suite: $([ $status = 0 ] && echo passed || echo FAILED)" | tee -a "$log"
 fi
 
 if [ "$phase" = multi ]; then
