@@ -188,40 +188,27 @@ tests/python/test_cuda.py tests/python/test_autograd.py tests/python/test_relu_m
 (test_gradients_match_eager_autograd and cuda) or \
 (test_backward_through_the_mask_bits_matches_eager and cuda)'}"
 
-# Kernels a tool leaves out (compute-sanitizer --kernel-name-exclude), none of them ours, each where
-# PyTorch alone, no library loaded, gives the same reports (docs/reliability/README.md#sanitizers):
-# racecheck: NVIDIA's nvjet GEMMs, whose split-K weight gradients have read/write hazards in shared
-# memory (racecheck-controls-h100.log). Racecheck looks for hazards within a kernel: leaving another's
-# kernels out hides nothing of the library's. HYPATIA_SANITIZE_EXCLUDE_<TOOL>="" checks every kernel.
-exclude_racecheck="${HYPATIA_SANITIZE_EXCLUDE_RACECHECK-kns=nvjet_}"
-exclude_initcheck="${HYPATIA_SANITIZE_EXCLUDE_INITCHECK-}"
-exclude_memcheck="${HYPATIA_SANITIZE_EXCLUDE_MEMCHECK-}"
-exclude_synccheck="${HYPATIA_SANITIZE_EXCLUDE_SYNCCHECK-}"
-
 # Each tool's steps share HYPATIA_SANITIZE_GPU_SECONDS (default 480), so that the run fits one device
 # call of 10 minutes; a step cut short fails the tool (its log says so).
 budget="${HYPATIA_SANITIZE_GPU_SECONDS:-480}"
 run_tool() {  # TOOL: every step under it, its log; the log's last line is the tool's total
   local tool="$1" log="$out/compute-sanitizer-$1.log" errors=0 n steps=1 deadline=$((SECONDS + budget))
-  local exclude_var="exclude_$1" cs_args=(--tool "$1" --error-exitcode 3)
-  [ -n "${!exclude_var}" ] && cs_args+=(--kernel-name-exclude "${!exclude_var}")
   left() { echo $((deadline - SECONDS > 1 ? deadline - SECONDS : 1)); }
   {
     header "compute-sanitizer --tool $tool: CUDA GoogleTests and a pytest subset" "${2:-}"
     echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
     echo "compute-sanitizer: $("$cs" --version | tail -n 1)"
     echo "PYTORCH_NO_CUDA_MEMORY_CACHING=1 HYPATIA_TEST_CONCURRENCY_CALLS=$HYPATIA_TEST_CONCURRENCY_CALLS"
-    echo "kernels left out: ${!exclude_var:-none}"
     for t in "${gtests[@]}"; do
       # racecheck looks for shared-memory hazards inside a kernel, which host threads do not change, and
       # the 16-thread tests overran 365 s under it on the H100 (even at 32 calls, untimed): not there.
       [ "$tool" = racecheck ] && [ "${t#*test_concurrency}" != "$t" ] && continue
       steps=$((steps + 1))  # each program, and the pytest subset, ends in a summary
       # shellcheck disable=SC2086
-      step "$tool: $(basename "${t%% *}")" timeout -k 10 "$(left)" "$cs" "${cs_args[@]}" $t
+      step "$tool: $(basename "${t%% *}")" timeout -k 10 "$(left)" "$cs" --tool "$tool" --error-exitcode 3 $t
     done
     HYPATIA_CUBLASLT_AUTOTUNE=0 HYPATIA_SKINNY_LINEAR=1 \
-      step "$tool: pytest subset" timeout -k 10 "$(left)" bash -c "cd '$root' && '$cs' ${cs_args[*]} --target-processes all \
+      step "$tool: pytest subset" timeout -k 10 "$(left)" bash -c "cd '$root' && '$cs' --tool '$tool' --error-exitcode 3 --target-processes all \
         '$HYPATIA_PY' -m pytest -p no:cacheprovider -q -rs -p no:xdist $pytest_subset"
   } >"$log" 2>&1
   # One summary per process the tool watched ("ERROR SUMMARY: N errors"; racecheck's "RACECHECK SUMMARY:
