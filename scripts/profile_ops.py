@@ -90,6 +90,9 @@ def main():
     p.add_argument("--host", action="store_true",
                    help="also: host time per call of hypatia, eager and (linear_relu) _addmm_activation, forward "
                         "and forward + backward, and of the backward's parts")
+    p.add_argument("--host-ops", action="store_true",
+                   help="also: the host side of one hypatia forward + backward, per op and CUDA API call, by "
+                        "self CPU time (which calls a host-bound call spends its time in)")
     p.add_argument("--compare", action="store_true",
                    help="also profile eager and torch.compile (default mode) on the same data")
     args = p.parse_args()
@@ -107,6 +110,8 @@ def main():
 
     if args.host:
         host_breakdown(args, forward, x, ws, bs, gout)
+    if args.host_ops:
+        host_ops(forward, [x] + ws + bs, gout, args.iters)
     contenders = [("hypatia", forward)]
     if args.compare:
         eager = eager_forward(args, x, ws, bs)
@@ -114,6 +119,26 @@ def main():
     for who, model in contenders:
         profile_kernels(f"{who} {args.op} {args.rows}x{args.widths} {args.dtype}", model, [x] + ws + bs, gout,
                         args.iters)
+
+
+def host_ops(forward, params, gout, iters: int):
+    """Self CPU time per forward + backward call of each op and CUDA API call, on the calling thread
+    and autograd's device thread, over `iters` calls after a warm-up."""
+    def fwd_bwd():
+        torch.autograd.grad(forward(), params, gout)
+
+    for _ in range(5):
+        fwd_bwd()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(iters):
+            fwd_bwd()
+        torch.cuda.synchronize()
+    rows = sorted(((e.self_cpu_time_total / iters, e.count / iters, e.key) for e in prof.key_averages()),
+                  reverse=True)
+    print(f"== host: self CPU us per forward + backward call, {sum(r[0] for r in rows):.1f} us in all")
+    for us, count, key in rows[:30]:
+        print(f"  {us:8.1f} us  x{count:g}  {key[:100]}")
 
 
 def profile_kernels(title: str, forward, params, gout, iters: int):
