@@ -193,28 +193,22 @@ tests/python/test_cuda.py tests/python/test_autograd.py tests/python/test_relu_m
 budget="${HYPATIA_SANITIZE_GPU_SECONDS:-480}"
 run_tool() {  # TOOL: every step under it, its log; the log's last line is the tool's total
   local tool="$1" log="$out/compute-sanitizer-$1.log" errors=0 n steps=1 deadline=$((SECONDS + budget))
-  # racecheck: cuBLAS without workspace, so that it picks no split-K kernel. NVIDIA's nvjet split-K
-  # GEMMs have shared-memory hazards of their own, which PyTorch alone reproduces
-  # (scripts/sanitizers/gemm_control.py, racecheck-controls-h100.log); the library's code paths are
-  # the same either way (its cuBLASLt candidates are whatever fits the workspace).
-  local tool_env=()
-  [ "$tool" = racecheck ] && tool_env=(CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0)
   left() { echo $((deadline - SECONDS > 1 ? deadline - SECONDS : 1)); }
   {
     header "compute-sanitizer --tool $tool: CUDA GoogleTests and a pytest subset" "${2:-}"
     echo "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
     echo "compute-sanitizer: $("$cs" --version | tail -n 1)"
-    echo "PYTORCH_NO_CUDA_MEMORY_CACHING=1 HYPATIA_TEST_CONCURRENCY_CALLS=$HYPATIA_TEST_CONCURRENCY_CALLS ${tool_env[*]}"
+    echo "PYTORCH_NO_CUDA_MEMORY_CACHING=1 HYPATIA_TEST_CONCURRENCY_CALLS=$HYPATIA_TEST_CONCURRENCY_CALLS"
     for t in "${gtests[@]}"; do
       # racecheck looks for shared-memory hazards inside a kernel, which host threads do not change, and
       # the 16-thread tests overran 365 s under it on the H100 (even at 32 calls, untimed): not there.
       [ "$tool" = racecheck ] && [ "${t#*test_concurrency}" != "$t" ] && continue
       steps=$((steps + 1))  # each program, and the pytest subset, ends in a summary
       # shellcheck disable=SC2086
-      step "$tool: $(basename "${t%% *}")" env "${tool_env[@]}" timeout -k 10 "$(left)" "$cs" --tool "$tool" --error-exitcode 3 $t
+      step "$tool: $(basename "${t%% *}")" timeout -k 10 "$(left)" "$cs" --tool "$tool" --error-exitcode 3 $t
     done
     HYPATIA_CUBLASLT_AUTOTUNE=0 HYPATIA_SKINNY_LINEAR=1 \
-      step "$tool: pytest subset" env "${tool_env[@]}" timeout -k 10 "$(left)" bash -c "cd '$root' && '$cs' --tool '$tool' --error-exitcode 3 --target-processes all \
+      step "$tool: pytest subset" timeout -k 10 "$(left)" bash -c "cd '$root' && '$cs' --tool '$tool' --error-exitcode 3 --target-processes all \
         '$HYPATIA_PY' -m pytest -p no:cacheprovider -q -rs -p no:xdist $pytest_subset"
   } >"$log" 2>&1
   # One summary per process the tool watched ("ERROR SUMMARY: N errors"; racecheck's "RACECHECK SUMMARY:
