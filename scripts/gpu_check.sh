@@ -44,6 +44,12 @@ header() {
   echo "nvcc: $(nvcc --version | tail -n 1)"
 }
 
+# The sm_90 build where the library is not there yet (a carried build-gpu/ is used as it is).
+build_if_missing() {
+  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
+    || { tail -30 "$out/build.log"; exit 1; }
+}
+
 if [ "$phase" = build ] || [ "$phase" = multi ] || [ "$phase" = apps ]; then
   bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   echo "built $HYPATIA_OPS_LIBRARY"
@@ -65,8 +71,7 @@ if [ "$phase" = all ] || [ "$phase" = tests ]; then
 fi
 
 if [ "$phase" = suite ]; then
-  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
-    || { tail -30 "$out/build.log"; exit 1; }
+  build_if_missing
   log="$out/suite-8-workers.log"
   header "The whole suite on the GPU: ctest, then pytest with 8 workers (pytest-xdist)" >"$log"
   (cd "$HYPATIA_BUILD_DIR" && ctest --output-on-failure 2>&1) | tee -a "$log"
@@ -99,8 +104,7 @@ if [ "$phase" = multi ]; then
 fi
 
 if [ "${phase#frontends}" != "$phase" ]; then
-  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
-    || { tail -30 "$out/build.log"; exit 1; }
+  build_if_missing
   if [ "$phase" != frontends-bench ]; then
     log="$out/frontends_tests.log"
     header "Hypatia Ops front ends (torch.compile backend, fuse_exported, AOTInductor) on CUDA" >"$log"
@@ -125,8 +129,7 @@ fi
 if [ "$phase" = reliability ]; then
   # The differential fuzzer on CUDA (docs/reliability/fuzz-cuda.log), then compute-sanitizer's four
   # tools over the CUDA GoogleTests and a pytest subset (docs/reliability/compute-sanitizer-*.log).
-  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
-    || { tail -30 "$out/build.log"; exit 1; }
+  build_if_missing
   (cd "$root" && python3 tests/fuzz/fuzz_passes.py --device cuda --count "${FUZZ_COUNT:-2000}" --jobs 8 --quiet 2>&1) \
     | tee "$out/fuzz-cuda.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
