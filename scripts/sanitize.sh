@@ -31,6 +31,12 @@ header() {  # a log's first lines
   echo "command: bash scripts/sanitize.sh $mode${2:+ $2}"
 }
 
+# compute-sanitizer's reports as they come, or (HYPATIA_SANITIZE_BY_KERNEL=1, gpu: every report
+# printed, without host backtraces) counted by kernel, each kernel's first report kept.
+report_filter() {
+  if [ "${HYPATIA_SANITIZE_BY_KERNEL:-0}" = 1 ]; then python3 "$supp/by_kernel.py"; else cat; fi
+}
+
 # Runs "$@", its output to the log; fails the mode where it fails.
 status=0
 step() {
@@ -40,7 +46,7 @@ step() {
   echo "## $title"
   echo "\$ $*"
   local started=$SECONDS
-  "$@" 2>&1
+  "$@" 2>&1 | report_filter
   local rc=$?
   echo "-> exit $rc, $((SECONDS - started)) s"
   [ "$rc" = 0 ] || status=1
@@ -199,6 +205,8 @@ fi
 # Each tool's steps share HYPATIA_SANITIZE_GPU_SECONDS (default 480), so that the run fits one device
 # call of 10 minutes; a step cut short fails the tool (its log says so).
 budget="${HYPATIA_SANITIZE_GPU_SECONDS:-480}"
+cs_report_args=""
+[ "${HYPATIA_SANITIZE_BY_KERNEL:-0}" = 1 ] && cs_report_args="--print-limit 1000000000 --show-backtrace no"
 run_tool() {  # TOOL: every step under it, its log; the log's last line is the tool's total
   local tool="$1" log="$out/compute-sanitizer-$1.log" errors=0 n steps=1 deadline=$((SECONDS + budget))
   left() { echo $((deadline - SECONDS > 1 ? deadline - SECONDS : 1)); }
@@ -213,10 +221,10 @@ run_tool() {  # TOOL: every step under it, its log; the log's last line is the t
       [ "$tool" = racecheck ] && [ "${t#*test_concurrency}" != "$t" ] && continue
       steps=$((steps + 1))  # each program, and the pytest subset, ends in a summary
       # shellcheck disable=SC2086
-      step "$tool: $(basename "${t%% *}")" timeout -k 10 "$(left)" "$cs" --tool "$tool" --error-exitcode 3 $t
+      step "$tool: $(basename "${t%% *}")" timeout -k 10 "$(left)" "$cs" --tool "$tool" --error-exitcode 3 $cs_report_args $t
     done
     HYPATIA_CUBLASLT_AUTOTUNE=0 HYPATIA_SKINNY_LINEAR=1 \
-      step "$tool: pytest subset" timeout -k 10 "$(left)" bash -c "cd '$root' && '$cs' --tool '$tool' --error-exitcode 3 --target-processes all \
+      step "$tool: pytest subset" timeout -k 10 "$(left)" bash -c "cd '$root' && '$cs' --tool '$tool' --error-exitcode 3 --target-processes all $cs_report_args \
         '$HYPATIA_PY' -m pytest -p no:cacheprovider -q -rs $pytest_parallel $pytest_subset"
   } >"$log" 2>&1
   # One summary per process the tool watched ("ERROR SUMMARY: N errors"; racecheck's "RACECHECK SUMMARY:
