@@ -1,0 +1,48 @@
+"""The initcheck controls: does initcheck report a kernel that reads what a bfloat16 cuBLAS GEMM has
+just written, whoever owns the reading kernel? One case per process:
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck python3 initcheck_control.py CASE
+
+aten-*: PyTorch alone (no library loaded); hypatia-*: the library's ReLU-mask backward kernel
+(`_fused_linear_relu_backward`) reading an incoming gradient made three ways. Where only the
+GEMM-made gradient is reported, the reports are initcheck not seeing cuBLAS's writes
+(docs/reliability/README.md#sanitizers)."""
+import os
+import sys
+
+import torch
+
+CASES = ("aten-gemm-then-relu", "aten-randn-then-relu", "aten-wgrad-split-k",
+         "hypatia-gemm-grad", "hypatia-randn-grad", "hypatia-cloned-gemm-grad")
+
+
+def main(case: str) -> None:
+    torch.manual_seed(0)
+    dev, bf16 = "cuda", torch.bfloat16
+    a = torch.randn(512, 256, device=dev, dtype=bf16)
+    b = torch.randn(256, 128, device=dev, dtype=bf16)
+    if case == "aten-gemm-then-relu":
+        torch.relu(a @ b)
+    elif case == "aten-randn-then-relu":
+        torch.relu(torch.randn(512, 128, device=dev, dtype=bf16))
+    elif case == "aten-wgrad-split-k":  # a long reduction, a small output: cuBLAS's split-K kernels
+        g, x = torch.randn(5000, 64, device=dev, dtype=bf16), torch.randn(5000, 32, device=dev, dtype=bf16)
+        torch.relu(g.t() @ x)
+    elif case.startswith("hypatia-"):
+        torch.ops.load_library(os.environ["HYPATIA_OPS_LIBRARY"])
+        x = torch.randn(512, 64, device=dev, dtype=bf16)
+        w = torch.randn(128, 64, device=dev, dtype=bf16) / 8
+        bias = torch.randn(128, device=dev, dtype=bf16)
+        _, mask = torch.ops.hypatia._fused_linear_relu_masked(x, w, bias)
+        grad = {"hypatia-gemm-grad": lambda: a @ b,
+                "hypatia-randn-grad": lambda: torch.randn(512, 128, device=dev, dtype=bf16),
+                "hypatia-cloned-gemm-grad": lambda: (a @ b).clone()}[case]()
+        torch.ops.hypatia._fused_linear_relu_backward(grad, x, w, mask, True, True, True)
+    else:
+        sys.exit(f"initcheck_control.py: unknown case {case!r}; one of {', '.join(CASES)}")
+    torch.cuda.synchronize()
+    print(case, "done")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "")
