@@ -17,6 +17,8 @@ CASES = ("aten-gemm-then-relu", "aten-randn-then-relu", "aten-wgrad-split-k",
 
 
 def main(case: str) -> None:
+    if case not in CASES:
+        sys.exit(f"initcheck_control.py: unknown case {case!r}; one of {', '.join(CASES)}")
     torch.manual_seed(0)
     dev, bf16 = "cuda", torch.bfloat16
     a = torch.randn(512, 256, device=dev, dtype=bf16)
@@ -28,7 +30,7 @@ def main(case: str) -> None:
     elif case == "aten-wgrad-split-k":  # a long reduction, a small output: cuBLAS's split-K kernels
         g, x = torch.randn(5000, 64, device=dev, dtype=bf16), torch.randn(5000, 32, device=dev, dtype=bf16)
         torch.relu(g.t() @ x)
-    elif case.startswith("hypatia-"):
+    else:
         torch.ops.load_library(os.environ["HYPATIA_OPS_LIBRARY"])
         x = torch.randn(512, 64, device=dev, dtype=bf16)
         w = torch.randn(128, 64, device=dev, dtype=bf16) / 8
@@ -38,8 +40,6 @@ def main(case: str) -> None:
                 "hypatia-randn-grad": lambda: torch.randn(512, 128, device=dev, dtype=bf16),
                 "hypatia-cloned-gemm-grad": lambda: (a @ b).clone()}[case]()
         torch.ops.hypatia._fused_linear_relu_backward(grad, x, w, mask, True, True, True)
-    else:
-        sys.exit(f"initcheck_control.py: unknown case {case!r}; one of {', '.join(CASES)}")
     torch.cuda.synchronize()
     print(case, "done")
 
