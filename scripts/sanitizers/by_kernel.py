@@ -3,13 +3,15 @@
 backtraces). Reads the tool's output on stdin and writes it through, except that each kernel's
 reports after its first are dropped; at the end, one line per kernel with its count.
 
-A report starts at a `========= ` line that is not a summary and runs until the next such line;
+A report starts at a `========= TEXT` line that is not a summary and runs until the next such line;
 its kernel is on its first `... at KERNEL+0xOFFSET` line (initcheck's second, racecheck's first).
 """
 import re
 import sys
 from collections import Counter
 
+HEADER = re.compile(r"^========= \S")  # a report's (or summary's) first line; "=========" alone, or
+# followed by spaces, continues a report
 SUMMARY = re.compile(r"^========= (ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|COMPUTE-SANITIZER)")
 KERNEL = re.compile(r"\bat (.+?)\+0x[0-9a-f]+$")
 
@@ -31,7 +33,7 @@ def main() -> None:
         if cut > 0:  # a report printed after pytest's progress dots: the dots go through as they are
             out.write(line[:cut])
             line = line[cut:]
-        starts = line.startswith("========= ") and not line.startswith("=========  ")
+        starts = HEADER.match(line) is not None
         if starts or not line.startswith("========="):
             if in_report and kernel is None:
                 flush_unattributed()
