@@ -4,7 +4,8 @@ just written, whoever owns the reading kernel? One case per process:
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck python3 initcheck_control.py CASE
 
 aten-*: PyTorch alone (no library loaded); hypatia-*: the library's ReLU-mask backward kernel
-(`_fused_linear_relu_backward`) reading an incoming gradient made three ways. Where only the
+(`_fused_linear_relu_backward`) reading an incoming gradient made three ways, and its skinny-linear
+kernel reading a float32 GEMM's output. Where only the
 GEMM-made gradient is reported, the reports are initcheck not seeing cuBLAS's writes
 (docs/reliability/README.md#sanitizers)."""
 import os
@@ -13,7 +14,8 @@ import sys
 import torch
 
 CASES = ("aten-gemm-then-relu", "aten-randn-then-relu", "aten-wgrad-split-k",
-         "hypatia-gemm-grad", "hypatia-randn-grad", "hypatia-cloned-gemm-grad")
+         "hypatia-gemm-grad", "hypatia-randn-grad", "hypatia-cloned-gemm-grad",
+         "aten-fp32-gemm-then-relu", "hypatia-skinny-on-fp32-gemm")
 
 
 def main(case: str) -> None:
@@ -27,6 +29,16 @@ def main(case: str) -> None:
         torch.relu(a @ b)
     elif case == "aten-randn-then-relu":
         torch.relu(torch.randn(512, 128, device=dev, dtype=bf16))
+    elif case.endswith("fp32-gemm-then-relu") or case == "hypatia-skinny-on-fp32-gemm":
+        # float32 (no TF32) on a large shape, then its first 64 rows read by ATen's ReLU or by the
+        # library's skinny kernel (HYPATIA_SKINNY_LINEAR=1 forces it): the concurrency test's readers
+        h = torch.randn(4096, 4096, device=dev) @ torch.randn(4096, 4096, device=dev)
+        if case.startswith("aten-"):
+            torch.relu(h[:64])
+        else:
+            torch.ops.load_library(os.environ["HYPATIA_OPS_LIBRARY"])
+            w, bias = torch.randn(136, 4096, device=dev), torch.randn(136, device=dev)
+            torch.ops.hypatia.fused_linear_relu(h[:64], w, bias)
     elif case == "aten-wgrad-split-k":  # a long reduction, a small output: cuBLAS's split-K kernels
         g, x = torch.randn(5000, 64, device=dev, dtype=bf16), torch.randn(5000, 32, device=dev, dtype=bf16)
         torch.relu(g.t() @ x)
