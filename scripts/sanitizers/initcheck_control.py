@@ -15,7 +15,7 @@ import torch
 
 CASES = ("aten-gemm-then-relu", "aten-randn-then-relu", "aten-wgrad-split-k",
          "hypatia-gemm-grad", "hypatia-randn-grad", "hypatia-cloned-gemm-grad",
-         "aten-fp32-gemm-then-relu", "hypatia-skinny-on-fp32-gemm")
+         "aten-fp32-gemm-then-relu", "hypatia-skinny-on-fp32-gemm", "aten-16-threads-fp32")
 
 
 def main(case: str) -> None:
@@ -39,6 +39,25 @@ def main(case: str) -> None:
             torch.ops.load_library(os.environ["HYPATIA_OPS_LIBRARY"])
             w, bias = torch.randn(136, 4096, device=dev), torch.randn(136, device=dev)
             torch.ops.hypatia.fused_linear_relu(h[:64], w, bias)
+    elif case == "aten-16-threads-fp32":
+        # test_concurrency's pattern with PyTorch alone: 16 threads, a stream each, float32 Linear+ReLU
+        # then Linear of new tensors, forward and backward, at once
+        import threading
+
+        def work() -> None:
+            with torch.cuda.stream(torch.cuda.Stream()):
+                for _ in range(20):
+                    x = torch.randn(77, 104, device=dev, requires_grad=True)
+                    w1, w2 = torch.randn(136, 104, device=dev), torch.randn(24, 136, device=dev)
+                    out = torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(x, w1)), w2)
+                    torch.autograd.grad(out.sum(), x)
+                torch.cuda.current_stream().synchronize()
+
+        threads = [threading.Thread(target=work) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     elif case == "aten-wgrad-split-k":  # a long reduction, a small output: cuBLAS's split-K kernels
         g, x = torch.randn(5000, 64, device=dev, dtype=bf16), torch.randn(5000, 32, device=dev, dtype=bf16)
         torch.relu(g.t() @ x)
