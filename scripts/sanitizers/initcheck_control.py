@@ -1,13 +1,15 @@
-"""The initcheck controls: does initcheck report a kernel that reads what a bfloat16 cuBLAS GEMM has
-just written, whoever owns the reading kernel? One case per process:
+"""The initcheck controls: which of initcheck's reports also come without the library? One case per
+process:
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool initcheck python3 initcheck_control.py CASE
 
-aten-*: PyTorch alone (no library loaded); hypatia-*: the library's ReLU-mask backward kernel
-(`_fused_linear_relu_backward`) reading an incoming gradient made three ways, and its skinny-linear
-kernel reading a float32 GEMM's output. Where only the
-GEMM-made gradient is reported, the reports are initcheck not seeing cuBLAS's writes
-(docs/reliability/README.md#sanitizers)."""
+aten-*: PyTorch alone (no library loaded): a bf16 GEMM's output read by ATen's ReLU, a randn-made
+tensor read alike, cuBLAS's split-K reduction, a float32 GEMM's output read by the ReLU, and 16
+threads with a stream each running float32 Linear-ReLU-Linear forward and backward at once (the
+concurrency test's pattern). hypatia-*: the library's ReLU-mask backward kernel reading an incoming
+gradient made three ways (a bf16 GEMM, randn, a clone of a GEMM's output), and its skinny-linear
+kernel reading a float32 GEMM's output (HYPATIA_SKINNY_LINEAR=1). Where only GEMM-made inputs are
+reported, initcheck does not see cuBLAS's writes (docs/reliability/README.md#sanitizers)."""
 import os
 import sys
 
@@ -29,9 +31,9 @@ def main(case: str) -> None:
         torch.relu(a @ b)
     elif case == "aten-randn-then-relu":
         torch.relu(torch.randn(512, 128, device=dev, dtype=bf16))
-    elif case.endswith("fp32-gemm-then-relu") or case == "hypatia-skinny-on-fp32-gemm":
+    elif case in ("aten-fp32-gemm-then-relu", "hypatia-skinny-on-fp32-gemm"):
         # float32 (no TF32) on a large shape, then its first 64 rows read by ATen's ReLU or by the
-        # library's skinny kernel (HYPATIA_SKINNY_LINEAR=1 forces it): the concurrency test's readers
+        # library's skinny kernel: the concurrency test's readers
         h = torch.randn(4096, 4096, device=dev) @ torch.randn(4096, 4096, device=dev)
         if case.startswith("aten-"):
             torch.relu(h[:64])
