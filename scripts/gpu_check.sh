@@ -44,14 +44,17 @@ header() {
   echo "nvcc: $(nvcc --version | tail -n 1)"
 }
 
-# The sm_90 build where the library is not there yet (a carried build-gpu/ is used as it is).
+# The sm_90 build (its log: build.log); the run stops where it fails.
+build() {
+  bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+}
+# The build where the library is not there yet (a carried build-gpu/ is used as it is).
 build_if_missing() {
-  [ -f "$HYPATIA_OPS_LIBRARY" ] || bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 \
-    || { tail -30 "$out/build.log"; exit 1; }
+  [ -f "$HYPATIA_OPS_LIBRARY" ] || build
 }
 
 if [ "$phase" = build ] || [ "$phase" = multi ] || [ "$phase" = apps ]; then
-  bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  build
   echo "built $HYPATIA_OPS_LIBRARY"
 fi
 
