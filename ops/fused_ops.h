@@ -195,12 +195,11 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
 bool skinny_linear_cuda(const at::Tensor& x, const at::Tensor& w, const OptionalTensor& b, bool relu, at::Tensor& out);
 // The narrow MLP (ops/cuda/narrow_mlp_kernel.cu): 1..16 layers, every width a multiple of 16 and
 // <= 128, half or bfloat16, dense 16-byte-aligned operands, sm_80 or newer.
-// Forward in one kernel: outputs[l] receives layer l's output ([M, N_l], preallocated dense), or is
-// undefined where it is not kept (the last must be defined). Returns false, doing nothing, on
-// shapes it does not cover.
-bool narrow_mlp_forward_cuda(
+// Forward in one kernel: the layers' outputs [M, N_l], each allocated where keep[l] (undefined
+// elsewhere; keep.back() must be set); nullopt, allocating nothing, on shapes it does not cover.
+std::optional<std::vector<at::Tensor>> narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
-    at::TensorList outputs);
+    const std::vector<bool>& keep);
 // fused_mlp_backward_with's result (2-D grad_input) from one kernel (ReLU masks, dgrads, bias and
 // weight-gradient sums of all layers), plus a second for the weight gradients whose fp32 sums do not
 // fit in its shared memory; nullopt, doing nothing, on shapes it does not cover.

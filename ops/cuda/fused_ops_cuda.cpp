@@ -26,27 +26,21 @@ bool narrow_mlp_enabled() {
   return enabled;
 }
 
-// Layer outputs [rows, N_i] from the one-kernel narrow MLP, each kept where `keep(i)`; nullopt
-// where that kernel does not cover the shapes.
-template <typename Keep>
+// Layer outputs [rows, N_i] from the one-kernel narrow MLP, each kept where keep[i]; nullopt where
+// that kernel does not cover the shapes (then nothing was allocated).
 std::optional<std::vector<at::Tensor>> narrow_mlp_outputs(
-    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last, const Keep& keep) {
+    const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
+    const std::vector<bool>& keep) {
   if (!narrow_mlp_enabled()) {
     return std::nullopt;
   }
-  const int64_t rows = batch_rows(input);
-  std::vector<at::Tensor> outputs(weights.size());
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (keep(i)) {
-      outputs[i] = at::empty({rows, weights[i].size(0)}, input.options());
-    }
-  }
-  if (!narrow_mlp_forward_cuda(as_rows(input), weights, biases, relu_last, outputs)) {
-    return std::nullopt;
-  }
-  for (at::Tensor& out : outputs) {
-    if (out.defined()) {
-      out = unflatten_rows(out, input);
+  std::optional<std::vector<at::Tensor>> outputs =
+      narrow_mlp_forward_cuda(as_rows(input), weights, biases, relu_last, keep);
+  if (outputs) {
+    for (at::Tensor& out : *outputs) {
+      if (out.defined()) {
+        out = unflatten_rows(out, input);
+      }
     }
   }
   return outputs;
@@ -73,7 +67,7 @@ std::vector<at::Tensor> fused_mlp_forward_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   const c10::cuda::CUDAGuard device_guard(input.device());
   check_mlp_args("fused_mlp", input, weights, biases);
-  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, [](size_t) { return true; })) {
+  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, std::vector<bool>(weights.size(), true))) {
     return *outputs;
   }
   return run_mlp_with(linear_act_cuda_out, input, weights, biases, relu_last, /*keep_hidden=*/true);
@@ -83,8 +77,9 @@ at::Tensor fused_mlp_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   const c10::cuda::CUDAGuard device_guard(input.device());
   check_mlp_args("fused_mlp", input, weights, biases);
-  const size_t last = weights.size() - 1;
-  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, [last](size_t i) { return i == last; })) {
+  std::vector<bool> keep_last(weights.size(), false);
+  keep_last.back() = true;
+  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, keep_last)) {
     return outputs->back();
   }
   return run_mlp_with(linear_act_cuda_out, input, weights, biases, relu_last, /*keep_hidden=*/false).back();

@@ -203,6 +203,41 @@ torch.save({{"out": fn().cpu(), "names": cuda_kernel_names(fn)}}, {str(tmp_path 
     check_matches(result["out"].cuda(), xc, wsc, bsc, True)
 
 
+ALLOCATIONS_SCRIPT = """
+import sys, torch, hypatia_ops
+x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+ws = [torch.randn(256, 256, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+bs = [torch.randn(256, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+counts = []
+for grad in (False, True):
+    for w in ws:
+        w.requires_grad_(grad)
+    for _ in range(2):  # the autotuner's first calls allocate their probes
+        torch.ops.hypatia.fused_mlp(x, ws, bs, False)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    torch.ops.hypatia.fused_mlp(x, ws, bs, False)
+    counts.append(torch.cuda.memory_stats()["allocation.all.allocated"] - before)
+print(counts)
+"""
+
+
+@pytest.mark.skipif(NARROW_DISABLED, reason="HYPATIA_DISABLE_NARROW_MLP is set")
+def test_uncovered_shapes_allocate_nothing_for_the_narrow_kernel():
+    # 256 wide is beyond the narrow kernel: trying it must cost no allocation, in inference and in
+    # the training forward (which once allocated every layer's output for it, then threw them away).
+    counts = {}
+    for disabled in ("0", "1"):
+        env = dict(os.environ, HYPATIA_DISABLE_NARROW_MLP=disabled)
+        repo = Path(__file__).resolve().parents[2]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "python"), env.get("PYTHONPATH")]))
+        proc = subprocess.run([sys.executable, "-c", ALLOCATIONS_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        counts[disabled] = proc.stdout.strip()
+    assert counts["0"] == counts["1"], counts
+
+
 @pytest.mark.skipif(NARROW_DISABLED, reason="HYPATIA_DISABLE_NARROW_MLP is set")
 @pytest.mark.parametrize("widths, wgrad_kernel", [
     ([64] * 4, False),   # the three layers' weight-gradient sums fit in the backward kernel, two CTAs per SM
