@@ -33,6 +33,18 @@ def reference_rounded(x, ws, bs, relu_last):
     return h
 
 
+def run_python(script, **env):
+    """Runs `script` in a fresh interpreter (the library reads its environment once per process),
+    with the repository's python/ on its path and `env` over os.environ; asserts that it succeeded
+    and returns its standard output."""
+    full_env = dict(os.environ, **env)
+    repo = Path(__file__).resolve().parents[2]
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "python"), full_env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def cuda_kernel_names(fn):
     """Names of the CUDA kernels `fn` launches (memcpy/memset excluded), or None when the profiler
     recorded no GPU activity at all (no CUPTI)."""
@@ -187,11 +199,7 @@ bs = [None if b is None else b.cuda() for b in d["bs"]]
 fn = lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, True)
 torch.save({{"out": fn().cpu(), "names": cuda_kernel_names(fn)}}, {str(tmp_path / "result.pt")!r})
 """
-    env = dict(os.environ, HYPATIA_DISABLE_NARROW_MLP="1")
-    repo = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "python"), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    run_python(script, HYPATIA_DISABLE_NARROW_MLP="1")
     result = torch.load(tmp_path / "result.pt")
     if result["names"] is not None:
         assert result["names"] and not any(KERNEL_NAME in n for n in result["names"]), result["names"]
@@ -226,15 +234,8 @@ print(counts)
 def test_uncovered_shapes_allocate_nothing_for_the_narrow_kernel():
     # 256 wide is beyond the narrow kernel: trying it must cost no allocation, in inference and in
     # the training forward (which once allocated every layer's output for it, then threw them away).
-    counts = {}
-    for disabled in ("0", "1"):
-        env = dict(os.environ, HYPATIA_DISABLE_NARROW_MLP=disabled)
-        repo = Path(__file__).resolve().parents[2]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo / "python"), env.get("PYTHONPATH")]))
-        proc = subprocess.run([sys.executable, "-c", ALLOCATIONS_SCRIPT], env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        counts[disabled] = proc.stdout.strip()
+    counts = {disabled: run_python(ALLOCATIONS_SCRIPT, HYPATIA_DISABLE_NARROW_MLP=disabled).strip()
+              for disabled in ("0", "1")}
     assert counts["0"] == counts["1"], counts
 
 
