@@ -200,6 +200,12 @@ bool skinny_linear_cuda(const at::Tensor& x, const at::Tensor& w, const Optional
 std::optional<std::vector<at::Tensor>> narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     const std::vector<bool>& keep);
+// The medium MLP's forward (ops/cuda/medium_mlp_kernel.cu), as narrow_mlp_forward_cuda: 1..16 layers,
+// the input width a multiple of 16, the others of 32, all <= 256; sm_90a (wgmma); where it measured
+// faster than the per-layer path, or as HYPATIA_MEDIUM_MLP says.
+std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
+    const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
+    const std::vector<bool>& keep);
 // fused_mlp_backward_with's result (2-D grad_input) from one kernel (ReLU masks, dgrads, bias and
 // weight-gradient sums of all layers), plus a second for the weight gradients whose fp32 sums do not
 // fit in its shared memory; nullopt, doing nothing, on shapes it does not cover.

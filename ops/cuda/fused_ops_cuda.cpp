@@ -1,6 +1,7 @@
 // CUDA entry points: the same drivers as on CPU, with a device guard so that tensors on a
 // non-default GPU run there (and on that GPU's current stream). fused_mlp, its training forward
-// and its backward first try the one-kernel narrow MLP (ops/cuda/narrow_mlp_kernel.cu).
+// and its backward first try the one-kernel narrow MLP (ops/cuda/narrow_mlp_kernel.cu); the
+// forwards then the medium one (ops/cuda/medium_mlp_kernel.cu, H100, widths up to 256).
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"
@@ -26,16 +27,19 @@ bool narrow_mlp_enabled() {
   return enabled;
 }
 
-// Layer outputs [rows, N_i] from the one-kernel narrow MLP, each kept where keep[i]; nullopt where
-// that kernel does not cover the shapes (then nothing was allocated).
-std::optional<std::vector<at::Tensor>> narrow_mlp_outputs(
+// Layer outputs [rows, N_i] from a one-kernel MLP forward (the narrow one, else the medium one),
+// each kept where keep[i]; nullopt where neither covers the shapes.
+std::optional<std::vector<at::Tensor>> one_kernel_mlp_outputs(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     const std::vector<bool>& keep) {
-  if (!narrow_mlp_enabled()) {
-    return std::nullopt;
+  const at::Tensor x2d = as_rows(input);
+  std::optional<std::vector<at::Tensor>> outputs;
+  if (narrow_mlp_enabled()) {
+    outputs = narrow_mlp_forward_cuda(x2d, weights, biases, relu_last, keep);
   }
-  std::optional<std::vector<at::Tensor>> outputs =
-      narrow_mlp_forward_cuda(as_rows(input), weights, biases, relu_last, keep);
+  if (!outputs) {
+    outputs = medium_mlp_forward_cuda(x2d, weights, biases, relu_last, keep);
+  }
   if (outputs) {
     for (at::Tensor& out : *outputs) {
       if (out.defined()) {
@@ -67,7 +71,7 @@ std::vector<at::Tensor> fused_mlp_forward_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   const c10::cuda::CUDAGuard device_guard(input.device());
   check_mlp_args("fused_mlp", input, weights, biases);
-  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, std::vector<bool>(weights.size(), true))) {
+  if (auto outputs = one_kernel_mlp_outputs(input, weights, biases, relu_last, std::vector<bool>(weights.size(), true))) {
     return *outputs;
   }
   return run_mlp_with(linear_act_cuda_out, input, weights, biases, relu_last, /*keep_hidden=*/true);
@@ -79,7 +83,7 @@ at::Tensor fused_mlp_cuda(
   check_mlp_args("fused_mlp", input, weights, biases);
   std::vector<bool> keep_last(weights.size(), false);
   keep_last.back() = true;
-  if (auto outputs = narrow_mlp_outputs(input, weights, biases, relu_last, keep_last)) {
+  if (auto outputs = one_kernel_mlp_outputs(input, weights, biases, relu_last, keep_last)) {
     return outputs->back();
   }
   return run_mlp_with(linear_act_cuda_out, input, weights, biases, relu_last, /*keep_hidden=*/false).back();

@@ -1,0 +1,584 @@
+// fused_mlp's forward for medium widths (every width at most 256: the input a multiple of 16, the
+// others of 32; half or bfloat16) as ONE kernel on the H100's warpgroup MMA (wgmma) and tensor
+// memory accelerator (TMA), sm_90a. Each CTA takes 128 rows at a time and keeps their activations
+// in shared memory from layer to layer. A producer warpgroup streams every layer's weights by TMA, in
+// 64-column k-slices of all (up to 256) output rows, into a ring of stages guarded by mbarriers
+// (full: the slice landed; empty: both consumers are done with it), running ahead across layers and
+// row blocks. Two consumer warpgroups, 64 rows each, run m64n256k16 with both operands 128-byte
+// swizzled in shared memory (the layout TMA writes), add the bias in float32 and round each output
+// once, as eager's epilogue does; kept outputs go to global memory by TMA from shared memory. A
+// consumer reads and writes only its own rows, so the two never wait for each other.
+// Taken where measured faster than the per-layer path (medium_policy below; docs/perf/experiments.md).
+#include "ops/fused_ops.h"
+#include "ops/cuda/kernel_launch.h"
+#include "ops/cuda/mma_primitives.cuh"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hypatia::ops {
+namespace {
+
+constexpr int kMaxLayers = 16;
+constexpr int kMaxWidth = 256;  // one m64n256 tile covers a layer's outputs
+constexpr int kRows = 128;      // a row block: two consumer warpgroups of 64
+constexpr int kConsumerThreads = 256;
+constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
+constexpr int kSliceK = 64;                      // weight columns a stage holds: 128-byte swizzled rows
+constexpr int kStages = 3;
+constexpr int kStageBytes = kMaxWidth * kSliceK * 2;
+constexpr int kAtom = 1024;  // 8 rows of 128 bytes: the unit of the 128-byte swizzle
+
+struct Params {
+  CUtensorMap weight_map[kMaxLayers];  // [width[l+1], width[l]] row-major; boxes of kMaxWidth x kSliceK, zeros outside
+  int count;
+  int width[kMaxLayers + 1];
+  int slices[kMaxLayers];        // k-slices of layer l: width[l] / kSliceK, rounded up
+  const void* bias[kMaxLayers];  // [width[l+1]] or nullptr
+  CUtensorMap out_map[kMaxLayers];  // layer l's output [rows, width[l+1]] where kept: boxes of 64 x 64, swizzled
+  unsigned kept_mask;               // bit l: layer l's output kept (always the last)
+  unsigned bias_aligned_mask;       // bit l: layer l's bias 4-byte aligned
+  unsigned relu_mask;            // bit l: ReLU after layer l
+  const void* x;                 // [rows, width[0]]
+  int64_t rows;
+  int64_t blocks;  // ceil(rows / kRows)
+  int act_width;   // columns of an activation buffer: the widest, rounded up to kSliceK
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Registers a thread, set by setmaxnreg: the producer gives up what the consumers' 128 accumulators
+// need (128 x 40 + 256 x 232 <= 65536; the launch gets 65536 / 384, 168).
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+
+// Byte offset of element (r, k) in the 128-byte-swizzled K-major layout of wgmma and TMA: 64-column
+// panels of `rows` rows, each row 128 bytes whose 16-byte chunks are permuted by the row's index in
+// its 8-row atom (chunk c at c ^ (r % 8)); atoms 1024 bytes apart (the descriptor's stride offset).
+__device__ __forceinline__ int swizzled_offset(int rows, int r, int k) {
+  return (k >> 6) * (rows * 128) + r * 128 + ((((k >> 3) & 7) ^ (r & 7)) << 4) + (k & 7) * 2;
+}
+
+// A descriptor of a 128-byte-swizzled K-major operand (atoms 1024-byte aligned, so base offset 0):
+// start address, leading offset 16 bytes (unused: a k16 step stays inside the 128-byte row), stride
+// offset 1024 bytes, swizzle mode 1 (128 bytes) in bits 62-63. A k16 step moves the start 32 bytes.
+__device__ __forceinline__ uint64_t descriptor(const void* smem) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(kAtom >> 4) << 32) |
+      (uint64_t(1) << 62);
+}
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+}
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+// The box of `map` at (column k, row 0) into `to`, counted on `bar`.
+__device__ __forceinline__ void tma_load(void* to, const CUtensorMap* map, int k, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(smem_address(to)),
+      "l"(map), "r"(k), "r"(0), "r"(smem_address(bar))
+      : "memory");
+}
+// The box of `map` at (column col, row row) from `from`, in this thread's bulk group.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* from, int col, int row) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(col),
+               "r"(row), "r"(smem_address(from))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until at most N of this thread's bulk groups still read shared memory / are unfinished.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// cp.async's and plain stores' writes to shared memory, made visible to wgmma's reads.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// The 128 threads of consumer warpgroup `group` (named barriers 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void group_barrier(int group) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(group + 1) : "memory");
+}
+
+// D (+)= A B^T, A: 64 x 16 and B: 256 x 16 in shared memory; d[4 j .. 4 j + 3] hold rows lane / 4 and
+// lane / 4 + 8 of the warp's 16, columns 8 j + 2 (lane % 4) and the next.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate, __nv_bfloat16) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate, __half) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+#endif
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // TMA's 128-byte swizzle needs 1024-byte aligned stages: the launch asks for kAtom bytes more.
+  unsigned char* const smem = smem_raw + ((kAtom - static_cast<int>(smem_address(smem_raw) % kAtom)) % kAtom);
+  const int act_bytes = kRows * p.act_width * 2;
+  unsigned char* const ring = smem + 2 * act_bytes;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(ring + kStages * kStageBytes);
+  uint64_t* const empty = full + kStages;
+  const int tid = threadIdx.x;
+  const int64_t my_blocks = p.blocks > blockIdx.x ? (p.blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbarrier_init(&full[i], 1);                          // the producer's arrival, with the bytes
+      mbarrier_init(&empty[i], kConsumerThreads / 32);  // each consumer warp's
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (my_blocks == 0) {
+    return;
+  }
+  int per_block = 0;
+  for (int l = 0; l < p.count; ++l) {
+    per_block += p.slices[l];
+  }
+
+  if (tid >= kConsumerThreads) {  // the producer warpgroup: one thread issues every slice's TMA
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    if (tid == kConsumerThreads) {
+      const int64_t jobs = my_blocks * per_block;
+      int layer = 0, slice = 0;
+      for (int64_t job = 0; job < jobs; ++job) {
+        const int stage = int(job % kStages), parity = int((job / kStages) & 1);
+        mbarrier_wait(&empty[stage], parity ^ 1);  // the consumers are done with its last slice
+        mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
+        tma_load(ring + stage * kStageBytes, &p.weight_map[layer], slice * kSliceK, &full[stage]);
+        if (++slice == p.slices[layer]) {
+          slice = 0;
+          layer = layer + 1 == p.count ? 0 : layer + 1;
+        }
+      }
+    }
+    return;
+  }
+
+  // A consumer warpgroup: rows [64 group, 64 group + 64) of every row block.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+  const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
+  const T* const x = static_cast<const T*>(p.x);
+  // The group's rows of block `row0` into `to` (zeros past the last row, and up to the next
+  // multiple of kSliceK columns), as one commit group.
+  auto load_input = [&](unsigned char* to, int64_t row0) {
+    const int k0 = p.width[0], chunks = (k0 + kSliceK - 1) / kSliceK * (kSliceK / 8);
+    for (int c = gtid; c < 64 * chunks; c += 128) {
+      const int r = group * 64 + c / chunks, col = (c % chunks) * 8;
+      const bool in_range = row0 + r < p.rows && col < k0;
+      cp_async16(to + swizzled_offset(kRows, r, col), in_range ? x + (row0 + r) * k0 + col : x, in_range);
+    }
+    cp_async_commit();
+  };
+  unsigned char* src = smem;  // the layer's input rows
+  unsigned char* dst = smem + act_bytes;
+  load_input(src, int64_t(blockIdx.x) * kRows);
+  const int warp_row = group * 64 + warp * 16 + lane / 4;  // and 8 rows below
+  const int pair_col = 2 * (lane % 4);
+  // swizzled_offset(kRows, warp_row, 8 j + pair_col) is epilogue_row + 16384 (j / 8) + ((16 (j % 8)) ^
+  // row_swizzle), and 1024 more for warp_row + 8 (same row in its atom): cheap enough to compute per
+  // store, where hoisting all 64 offsets spilled them.
+  const int epilogue_row = warp_row * 128 + pair_col * 2, row_swizzle = (warp_row & 7) << 4;
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) {
+    acc[i] = 0.f;
+  }
+  int64_t job = 0;
+  for (int64_t b = 0; b < my_blocks; ++b) {
+    const int64_t row0 = (int64_t(blockIdx.x) + b * gridDim.x) * kRows;
+    for (int l = 0; l < p.count; ++l) {
+      const int N = p.width[l + 1], slices = p.slices[l];
+      const bool last = l + 1 == p.count, kept = (p.kept_mask >> l) & 1u;
+      // This group's input rows (copies, or the last epilogue's stores: a kept layer's epilogue made
+      // them visible already) are in, for the async proxy too.
+      if (l == 0 || !((p.kept_mask >> (l - 1)) & 1u)) {
+        if (l == 0) {
+          cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        group_barrier(group);
+      }
+      if (last && b + 1 < my_blocks) {  // `dst` held layer l - 1's input: every MMA on it is done
+        load_input(dst, row0 + int64_t(gridDim.x) * kRows);
+      }
+      // The bias, read while the MMAs run: lane L holds columns 64 m + 2 L and the next, so the pair a
+      // thread adds after chunk j is word j / 8 of lane 4 (j % 8) + L % 4 (one shuffle, no waits).
+      uint32_t bias_pairs[kMaxWidth / 64];
+#pragma unroll
+      for (int m = 0; m < kMaxWidth / 64; ++m) {
+        const int col = 64 * m + 2 * lane;
+        const uint16_t* const bias = static_cast<const uint16_t*>(p.bias[l]);
+        if (bias == nullptr || col >= N) {
+          bias_pairs[m] = 0u;
+        } else if ((p.bias_aligned_mask >> l) & 1u) {
+          bias_pairs[m] = __ldg(reinterpret_cast<const uint32_t*>(bias + col));
+        } else {
+          bias_pairs[m] = uint32_t(__ldg(bias + col)) | uint32_t(__ldg(bias + col + 1)) << 16;
+        }
+      }
+      for (int s = 0; s < slices; ++s, ++job) {
+        const int stage = int(job % kStages);
+        mbarrier_wait(&full[stage], int((job / kStages) & 1));
+        const unsigned char* const a_rows = src + s * (kRows * 128) + group * 64 * 128;  // panel s, the group's rows
+        const unsigned char* const b_rows = ring + stage * kStageBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kSliceK; kk += 16) {
+          wgmma_m64n256k16(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0, T());
+        }
+        wgmma_commit();
+        // The previous slice's MMAs are done (this one's may run on): its stage is free.
+        wgmma_wait<1>();
+        __syncwarp();
+        if (lane == 0 && s > 0) {
+          mbarrier_arrive(&empty[int((job - 1) % kStages)]);
+        }
+      }
+      wgmma_wait<0>();
+      __syncwarp();
+      if (lane == 0) {
+        mbarrier_arrive(&empty[int((job - 1) % kStages)]);
+      }
+      // The last layer's output replaces its input (this group's rows only, which only its own MMAs,
+      // all done, read): `dst` may already hold the next block's input. Whatever this epilogue
+      // overwrites, the stores to global memory have finished reading.
+      unsigned char* const to = last ? src : dst;
+      if (gtid == 0) {
+        bulk_wait_read<0>();
+      }
+      group_barrier(group);
+      // Rounded once after the bias, then the ReLU (NaN kept, as torch.relu keeps it), into `to`'s
+      // swizzled rows; zeros up to the last k-slice's end where the next layer reads them.
+      const bool relu = (p.relu_mask >> l) & 1u;
+      const int padded = last ? N : (N + kSliceK - 1) / kSliceK * kSliceK;
+#pragma unroll
+      for (int j = 0; j < kMaxWidth / 8; ++j) {
+        uint32_t* const at = reinterpret_cast<uint32_t*>(to + epilogue_row + (j / 8) * (kRows * 128) +
+                                                          (((j % 8) << 4) ^ row_swizzle));
+        const float2 bias = unpack2(__shfl_sync(~0u, bias_pairs[j / 8], 4 * (j % 8) + lane % 4), T());
+        if (8 * j < N) {
+          uint32_t lo = pack2(acc[4 * j] + bias.x, acc[4 * j + 1] + bias.y, T());
+          uint32_t hi = pack2(acc[4 * j + 2] + bias.x, acc[4 * j + 3] + bias.y, T());
+          if (relu) {
+            lo = relu2(lo, T());
+            hi = relu2(hi, T());
+          }
+          at[0] = lo;
+          at[256] = hi;
+        } else if (8 * j < padded) {
+          at[0] = 0u;
+          at[256] = 0u;
+        }
+      }
+      if (kept) {  // to global memory by TMA, one 64-column box at a time (rows past the end dropped)
+        fence_proxy_async();
+        group_barrier(group);
+        if (gtid == 0) {
+          for (int s = 0; s * kSliceK < N; ++s) {
+            tma_store(&p.out_map[l], to + s * (kRows * 128) + group * 64 * 128, s * kSliceK,
+                      int(row0) + group * 64);
+          }
+          bulk_commit();
+        }
+      }
+      // The output is the next layer's input; after the last layer, `dst` holds the next block's.
+      unsigned char* const next = dst;
+      dst = src;
+      src = next;
+    }
+  }
+  if (gtid == 0) {
+    bulk_wait<0>();  // shared memory lives until the stores have read it
+  }
+#endif
+}
+
+__global__ void has_wgmma_kernel(int* result) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *result = 1;
+#else
+  *result = 0;
+#endif
+}
+
+// HYPATIA_MEDIUM_MLP: "0" never, any other value wherever the kernel applies, unset (or empty) where
+// it measured faster than the per-layer path on the H100 (docs/perf/experiments.md, "The medium
+// forward on TMA"): three layers or more at any row count; two up to three row blocks an SM (past
+// that cuBLASLt's two GEMMs are as fast); never one layer. Read once.
+enum class Policy { kMeasured, kNever, kAlways };
+Policy medium_policy() {
+  static const Policy policy = [] {
+    const char* value = std::getenv("HYPATIA_MEDIUM_MLP");
+    if (value == nullptr || std::string(value).empty()) {
+      return Policy::kMeasured;
+    }
+    return std::string(value) == "0" ? Policy::kNever : Policy::kAlways;
+  }();
+  return policy;
+}
+
+// Whether `device` runs the kernel's sm_90a code: asked once per device (a synchronizing copy),
+// never while the stream is being captured.
+bool has_wgmma(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::vector<int> known;  // -1 unknown, 0 no, 1 yes
+  std::lock_guard<std::mutex> lock(mutex);
+  if (known.size() <= size_t(device)) {
+    known.resize(device + 1, -1);
+  }
+  if (known[device] < 0) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(stream, &capture), "medium MLP", "cudaStreamIsCapturing");
+    if (capture != cudaStreamCaptureStatusNone) {
+      return false;
+    }
+    int* flag = nullptr;
+    int value = 0;
+    check_cuda(cudaMalloc(&flag, sizeof(int)), "medium MLP", "cudaMalloc");
+    has_wgmma_kernel<<<1, 1, 0, stream>>>(flag);
+    const cudaError_t launched = cudaGetLastError();
+    const cudaError_t copied = cudaMemcpyAsync(&value, flag, sizeof(int), cudaMemcpyDeviceToHost, stream);
+    const cudaError_t synced = cudaStreamSynchronize(stream);
+    cudaFree(flag);
+    known[device] = launched == cudaSuccess && copied == cudaSuccess && synced == cudaSuccess && value == 1;
+  }
+  return known[device] == 1;
+}
+
+// cuTensorMapEncodeTiled from the driver, found once (the library does not link libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// A TMA map of `t`, [rows, cols] row-major (16-byte aligned, cols a multiple of 8): boxes of
+// box_rows x kSliceK, 128-byte swizzled; loads read zeros outside the tensor, stores drop what falls
+// outside.
+bool tensor_map(CUtensorMap& map, const at::Tensor& t, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) {
+    return false;
+  }
+  const cuuint64_t dims[2] = {cuuint64_t(t.size(1)), cuuint64_t(t.size(0))};
+  const cuuint64_t strides[1] = {cuuint64_t(t.size(1)) * 2};
+  const cuuint32_t box[2] = {kSliceK, cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUtensorMapDataType type =
+      t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode(&map, type, 2, t.data_ptr(), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T>
+bool launch(const Params& p, size_t smem_bytes, int device, cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(&medium_mlp_forward_kernel<T>);
+  if (blocks_per_sm(kernel, kThreads, device, smem_bytes) == 0) {
+    return false;
+  }
+  const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
+  const unsigned grid = static_cast<unsigned>(std::min(p.blocks, sms));
+  medium_mlp_forward_kernel<T><<<grid, kThreads, smem_bytes, stream>>>(p);
+  check_cuda(cudaGetLastError(), "medium MLP", "kernel launch");
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
+    const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
+    const std::vector<bool>& keep) {
+  const std::string prefix = "hypatia: medium_mlp_forward_cuda: ";
+  TORCH_CHECK(x2d.dim() == 2 && x2d.is_cuda(), prefix + "x2d must be a 2-D CUDA tensor");
+  TORCH_CHECK(
+      !weights.empty() && biases.size() == weights.size() && keep.size() == weights.size() && keep.back(),
+      prefix + "needs one bias and one keep flag per layer (the last set)");
+  const at::ScalarType dtype = x2d.scalar_type();
+  const int count = static_cast<int>(weights.size());
+  const int device = x2d.get_device();
+  const cudaDeviceProp& props = *at::cuda::getDeviceProperties(device);
+  const Policy policy = medium_policy();
+  const bool measured_faster =
+      count >= 3 || (count == 2 && (x2d.size(0) + kRows - 1) / kRows <= 3 * props.multiProcessorCount);
+  if (policy == Policy::kNever || (policy == Policy::kMeasured && !measured_faster) || count > kMaxLayers ||
+      (dtype != at::kHalf && dtype != at::kBFloat16) || !dense(x2d) || props.major != 9) {
+    return std::nullopt;
+  }
+  Params p{};
+  p.count = count;
+  int widest = 0;
+  for (int l = 0; l <= count; ++l) {
+    const int64_t w = l == 0 ? x2d.size(1) : weights[l - 1].size(0);
+    if (w == 0 || w > kMaxWidth || w % (l == 0 ? 16 : 32) != 0) {
+      return std::nullopt;
+    }
+    p.width[l] = static_cast<int>(w);
+    widest = std::max(widest, p.width[l]);
+  }
+  for (int l = 0; l < count; ++l) {
+    if (weights[l].scalar_type() != dtype || !dense(weights[l]) || weights[l].size(1) != p.width[l] ||
+        !tensor_map(p.weight_map[l], weights[l], kMaxWidth)) {
+      return std::nullopt;
+    }
+    p.slices[l] = (p.width[l] + kSliceK - 1) / kSliceK;
+    const std::optional<at::Tensor> b = biases.get(l);
+    if (b.has_value() && b->defined()) {
+      if (b->scalar_type() != dtype || !b->is_contiguous()) {
+        return std::nullopt;
+      }
+      p.bias[l] = b->data_ptr();
+      if (reinterpret_cast<uintptr_t>(p.bias[l]) % 4 == 0) {
+        p.bias_aligned_mask |= 1u << l;
+      }
+    }
+    if (l + 1 < count || relu_last) {
+      p.relu_mask |= 1u << l;
+    }
+  }
+  p.act_width = (widest + kSliceK - 1) / kSliceK * kSliceK;
+  const size_t smem_bytes =
+      2 * size_t(kRows) * p.act_width * 2 + size_t(kStages) * (kStageBytes + 2 * sizeof(uint64_t)) + kAtom;
+  const c10::cuda::CUDAGuard device_guard(x2d.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
+  // TMA coordinates are 32-bit: a row block's first row must fit.
+  if (x2d.size(0) > std::numeric_limits<int32_t>::max() - kRows || smem_bytes > props.sharedMemPerBlockOptin ||
+      !has_wgmma(device, stream)) {
+    return std::nullopt;
+  }
+  // Covered: the outputs now (the caching allocator's blocks are 16-byte aligned).
+  p.rows = x2d.size(0);
+  std::vector<at::Tensor> outputs(count);
+  for (int l = 0; l < count; ++l) {
+    if (keep[l]) {
+      outputs[l] = at::empty({p.rows, p.width[l + 1]}, x2d.options());
+    }
+  }
+  if (p.rows == 0) {
+    return outputs;
+  }
+  for (int l = 0; l < count; ++l) {
+    if (keep[l]) {
+      if (!tensor_map(p.out_map[l], outputs[l], 64)) {
+        return std::nullopt;
+      }
+      p.kept_mask |= 1u << l;
+    }
+  }
+  p.blocks = (p.rows + kRows - 1) / kRows;
+  p.x = x2d.data_ptr();
+  const bool launched = dtype == at::kHalf ? launch<__half>(p, smem_bytes, device, stream)
+                                           : launch<__nv_bfloat16>(p, smem_bytes, device, stream);
+  if (!launched) {
+    return std::nullopt;
+  }
+  return outputs;
+}
+
+}  // namespace hypatia::ops
