@@ -143,7 +143,6 @@ std::vector<at::Tensor> fused_mlp_backward_with(
     bool relu_last,
     bool input_grad,
     bool params_grad) {
-  check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
   const size_t layers = weights.size();
   std::vector<at::Tensor> grad_weights(layers), grad_biases(layers);
   at::Tensor grad = as_rows(grad_out);

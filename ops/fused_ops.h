@@ -90,7 +90,8 @@ extern const BackwardGemms cuda_gemms;
 // outputs of every layer that a ReLU follows (layers 0..L-2, and L-1 too when relu_last). Returns
 // [grad_weights..., grad_biases (of layers with has_bias)...] when params_grad, then grad_input
 // when input_grad. Device-generic: per layer `gemms` (the input gradient through the ReLU below it
-// by relu_input_grad), and eager's ReLU backward on grad_out when relu_last.
+// by relu_input_grad), and eager's ReLU backward on grad_out when relu_last. The caller (each
+// device's entry point, which first tries its one-kernel backwards) has checked the arguments.
 std::vector<at::Tensor> fused_mlp_backward_with(
     const BackwardGemms& gemms,
     const at::Tensor& grad_out,

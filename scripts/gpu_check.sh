@@ -17,7 +17,7 @@
 # apps: build, then the tests of hypatia-run and hypatia-fuse on CPU and CUDA (inputs, --parallel
 # on streams, AOTInductor packages compiled for and run on the GPU, hostile files): apps.log.
 # suite: build (if not done), then ctest and the whole pytest suite with 8 workers (pytest-xdist),
-# no benchmarks: suite-8-workers.log.
+# no benchmarks: suite-8-workers.log (failures named as they happen), suite-pytest-verbose.log.
 # Set HYPATIA_COMMIT to the commit under test where the copied tree's .git may be stale.
 # Logs and results go to $OUT (the device tool's folder), else to the committed current results:
 # docs/perf/h100/ (multi: docs/perf/multi-gpu/), which they replace (docs/perf/README.md).
@@ -79,7 +79,10 @@ if [ "$phase" = suite ]; then
   header "The whole suite on the GPU: ctest, then pytest with 8 workers (pytest-xdist)" >"$log"
   (cd "$HYPATIA_BUILD_DIR" && ctest --output-on-failure 2>&1) | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  (cd "$root" && python3 -m pytest -q -rs -n 8 --dist loadfile -p no:cacheprovider tests/python 2>&1) | tee -a "$log"
+  # Every test's result as it comes (suite-pytest-verbose.log), the log keeping all but the passes and
+  # skips: a run that the device call's time limit cuts still names what had failed.
+  (cd "$root" && python3 -m pytest -v -rs -n 8 --dist loadfile -p no:cacheprovider tests/python 2>&1) |
+    tee "$out/suite-pytest-verbose.log" | grep -Ev '(PASSED|SKIPPED|XFAIL|XPASS)( +tests/|.*\[ *[0-9]+%\]$)' | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   echo "suite: $([ $status = 0 ] && echo passed || echo FAILED)" | tee -a "$log"
 fi
