@@ -32,6 +32,12 @@ bool narrow_mlp_enabled() {
 std::optional<std::vector<at::Tensor>> one_kernel_mlp_outputs(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     const std::vector<bool>& keep) {
+  // Both kernels' preconditions (fused_ops.h), checked once here, their one caller.
+  TORCH_CHECK(input.is_cuda() && input.dim() >= 1, "hypatia: one_kernel_mlp_outputs: input must be a CUDA tensor");
+  TORCH_CHECK(
+      !weights.empty() && biases.size() == weights.size() && keep.size() == weights.size() && keep.back(),
+      "hypatia: one_kernel_mlp_outputs: needs one bias and one keep flag per layer (the last set), but got ",
+      weights.size(), " weights, ", biases.size(), " biases and ", keep.size(), " flags");
   const at::Tensor x2d = as_rows(input);
   std::optional<std::vector<at::Tensor>> outputs;
   if (narrow_mlp_enabled()) {

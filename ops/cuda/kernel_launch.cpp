@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -14,6 +15,14 @@ namespace hypatia::ops {
 void check_cuda(cudaError_t err, const char* family, const char* what) {
   TORCH_CHECK(
       err == cudaSuccess, std::string("hypatia: ") + family + ": " + what + " failed: " + cudaGetErrorString(err));
+}
+
+EnvSwitch env_switch(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || value[0] == '\0') {
+    return EnvSwitch::kChosen;
+  }
+  return std::string(value) == "0" ? EnvSwitch::kOff : EnvSwitch::kOn;
 }
 
 bool dense(const at::Tensor& t) {

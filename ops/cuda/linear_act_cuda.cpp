@@ -19,6 +19,7 @@
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"
+#include "ops/cuda/kernel_launch.h"
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -203,17 +204,10 @@ bool autotune_enabled() {
   return enabled;
 }
 
-// HYPATIA_SKINNY_LINEAR: unset, the own kernel is timed with the rest; "0", never used; "1", used
-// wherever it applies, untimed (how the tests reach it on every problem it covers).
-enum class OwnKernel { timed, never, always };
-OwnKernel own_kernel_mode() {
-  static const OwnKernel mode = [] {
-    const char* env = std::getenv("HYPATIA_SKINNY_LINEAR");
-    if (env == nullptr || std::string(env).empty()) {
-      return OwnKernel::timed;
-    }
-    return std::string(env) == "0" ? OwnKernel::never : OwnKernel::always;
-  }();
+// HYPATIA_SKINNY_LINEAR: unset, the own kernel is timed with the rest (kChosen); "0", never used;
+// "1", used wherever it applies, untimed (how the tests reach it on every problem it covers).
+EnvSwitch own_kernel_mode() {
+  static const EnvSwitch mode = env_switch("HYPATIA_SKINNY_LINEAR");
   return mode;
 }
 
@@ -571,7 +565,7 @@ bool run_fastest(
     // The last timed or probed run may have been another contender: write the result with this one.
     return run_choice(choice);
   };
-  if (own_kernel_mode() == OwnKernel::always && own_kernel()) {
+  if (own_kernel_mode() == EnvSwitch::kOn && own_kernel()) {
     return decide(AlgoChoice{Way::own_kernel}, "own kernel untimed", "own");
   }
   prepare();
@@ -606,7 +600,7 @@ bool run_fastest(
   std::string timings;
   if (search_mode() != Search::variants) {
     contenders.push_back({AlgoChoice{Way::aten}, "aten"});
-    if (own_kernel_mode() == OwnKernel::timed) {
+    if (own_kernel_mode() == EnvSwitch::kChosen) {
       contenders.push_back({AlgoChoice{Way::own_kernel}, "own"});
     }
     for (size_t i = 0; i < picks.size(); ++i) {

@@ -23,11 +23,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -127,6 +125,24 @@ __device__ __forceinline__ void bulk_wait_read() {
 template <int N>
 __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Rows of four 8 x 8 tiles of 16-bit pairs into shared memory (lane L addresses row L % 8 of tile
+// L / 8; register i holds this lane's pair of tile i, in mma's accumulator layout).
+__device__ __forceinline__ void stmatrix_x4(void* to, const uint32_t (&tiles)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address(to)),
+               "r"(tiles[0]), "r"(tiles[1]), "r"(tiles[2]), "r"(tiles[3])
+               : "memory");
+}
+// pack2 with the ReLU in the same cvt (NaN stays NaN).
+__device__ __forceinline__ uint32_t pack2_relu(float lo, float hi, __nv_bfloat16) {
+  uint32_t d;
+  asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ uint32_t pack2_relu(float lo, float hi, __half) {
+  uint32_t d;
+  asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -248,12 +264,11 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   unsigned char* src = smem;  // the layer's input rows
   unsigned char* dst = smem + act_bytes;
   load_input(src, int64_t(blockIdx.x) * kRows);
-  const int warp_row = group * 64 + warp * 16 + lane / 4;  // and 8 rows below
-  const int pair_col = 2 * (lane % 4);
-  // swizzled_offset(kRows, warp_row, 8 j + pair_col) is epilogue_row + 16384 (j / 8) + ((16 (j % 8)) ^
-  // row_swizzle), and 1024 more for warp_row + 8 (same row in its atom): cheap enough to compute per
-  // store, where hoisting all 64 offsets spilled them.
-  const int epilogue_row = warp_row * 128 + pair_col * 2, row_swizzle = (warp_row & 7) << 4;
+  // The epilogue stores 16 columns of the warp's 16 rows at a time by stmatrix (four 8 x 8 tiles:
+  // rows 0-7 and 8-15 of chunk j, then of chunk j + 1), lane L giving row L % 8 + 8 ((L / 8) % 2) of
+  // tile L / 8: swizzled_offset's row part, and its 16-byte chunk j + L / 16 XORed with L % 8.
+  const int stsm_row = (group * 64 + warp * 16 + lane % 8 + 8 * ((lane / 8) % 2)) * 128;
+  const int stsm_chunk = lane / 16, stsm_swizzle = lane % 8;
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) {
@@ -324,27 +339,43 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
       }
       group_barrier(group);
       // Rounded once after the bias, then the ReLU (NaN kept, as torch.relu keeps it), into `to`'s
-      // swizzled rows; zeros up to the last k-slice's end where the next layer reads them.
-      const bool relu = (p.relu_mask >> l) & 1u;
+      // swizzled rows; zeros up to the last k-slice's end where the next layer reads them. One
+      // instance per (ReLU, full width), so that the loop has no branch.
       const int padded = last ? N : (N + kSliceK - 1) / kSliceK * kSliceK;
+      auto store_outputs = [&](auto relu, auto full_width) {
 #pragma unroll
-      for (int j = 0; j < kMaxWidth / 8; ++j) {
-        uint32_t* const at = reinterpret_cast<uint32_t*>(to + epilogue_row + (j / 8) * (kRows * 128) +
-                                                          (((j % 8) << 4) ^ row_swizzle));
-        const float2 bias = unpack2(__shfl_sync(~0u, bias_pairs[j / 8], 4 * (j % 8) + lane % 4), T());
-        if (8 * j < N) {
-          uint32_t lo = pack2(acc[4 * j] + bias.x, acc[4 * j + 1] + bias.y, T());
-          uint32_t hi = pack2(acc[4 * j + 2] + bias.x, acc[4 * j + 3] + bias.y, T());
-          if (relu) {
-            lo = relu2(lo, T());
-            hi = relu2(hi, T());
+        for (int j = 0; j < kMaxWidth / 8; j += 2) {
+          // N is a multiple of 32: a pair of chunks is all in or all out.
+          if (!decltype(full_width)::value && 8 * j >= padded) {
+            break;
           }
-          at[0] = lo;
-          at[256] = hi;
-        } else if (8 * j < padded) {
-          at[0] = 0u;
-          at[256] = 0u;
+          uint32_t tiles[4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int c = j + h;
+            const float2 bias = unpack2(__shfl_sync(~0u, bias_pairs[c / 8], 4 * (c % 8) + lane % 4), T());
+            const float x0 = acc[4 * c] + bias.x, x1 = acc[4 * c + 1] + bias.y;
+            const float y0 = acc[4 * c + 2] + bias.x, y1 = acc[4 * c + 3] + bias.y;
+            if constexpr (decltype(relu)::value) {
+              tiles[2 * h] = pack2_relu(x0, x1, T());
+              tiles[2 * h + 1] = pack2_relu(y0, y1, T());
+            } else {
+              tiles[2 * h] = pack2(x0, x1, T());
+              tiles[2 * h + 1] = pack2(y0, y1, T());
+            }
+          }
+          if (!decltype(full_width)::value && 8 * j >= N) {
+            tiles[0] = tiles[1] = tiles[2] = tiles[3] = 0u;
+          }
+          stmatrix_x4(to + stsm_row + (j / 8) * (kRows * 128) + ((((j % 8) + stsm_chunk) ^ stsm_swizzle) << 4), tiles);
         }
+      };
+      using yes = std::true_type;
+      using no = std::false_type;
+      if ((p.relu_mask >> l) & 1u) {
+        N == kMaxWidth ? store_outputs(yes(), yes()) : store_outputs(yes(), no());
+      } else {
+        N == kMaxWidth ? store_outputs(no(), yes()) : store_outputs(no(), no());
       }
       if (kept) {  // to global memory by TMA, one 64-column box at a time (rows past the end dropped)
         fence_proxy_async();
@@ -381,15 +412,8 @@ __global__ void has_wgmma_kernel(int* result) {
 // it measured faster than the per-layer path on the H100 (docs/perf/experiments.md, "The medium
 // forward on TMA"): three layers or more at any row count; two up to three row blocks an SM (past
 // that cuBLASLt's two GEMMs are as fast); never one layer. Read once.
-enum class Policy { kMeasured, kNever, kAlways };
-Policy medium_policy() {
-  static const Policy policy = [] {
-    const char* value = std::getenv("HYPATIA_MEDIUM_MLP");
-    if (value == nullptr || std::string(value).empty()) {
-      return Policy::kMeasured;
-    }
-    return std::string(value) == "0" ? Policy::kNever : Policy::kAlways;
-  }();
+EnvSwitch medium_policy() {
+  static const EnvSwitch policy = env_switch("HYPATIA_MEDIUM_MLP");
   return policy;
 }
 
@@ -474,19 +498,14 @@ bool launch(const Params& p, size_t smem_bytes, int device, cudaStream_t stream)
 std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     const std::vector<bool>& keep) {
-  const std::string prefix = "hypatia: medium_mlp_forward_cuda: ";
-  TORCH_CHECK(x2d.dim() == 2 && x2d.is_cuda(), prefix + "x2d must be a 2-D CUDA tensor");
-  TORCH_CHECK(
-      !weights.empty() && biases.size() == weights.size() && keep.size() == weights.size() && keep.back(),
-      prefix + "needs one bias and one keep flag per layer (the last set)");
   const at::ScalarType dtype = x2d.scalar_type();
   const int count = static_cast<int>(weights.size());
   const int device = x2d.get_device();
   const cudaDeviceProp& props = *at::cuda::getDeviceProperties(device);
-  const Policy policy = medium_policy();
+  const EnvSwitch policy = medium_policy();
   const bool measured_faster =
       count >= 3 || (count == 2 && (x2d.size(0) + kRows - 1) / kRows <= 3 * props.multiProcessorCount);
-  if (policy == Policy::kNever || (policy == Policy::kMeasured && !measured_faster) || count > kMaxLayers ||
+  if (policy == EnvSwitch::kOff || (policy == EnvSwitch::kChosen && !measured_faster) || count > kMaxLayers ||
       (dtype != at::kHalf && dtype != at::kBFloat16) || !dense(x2d) || props.major != 9) {
     return std::nullopt;
   }

@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace hypatia::ops {
@@ -876,13 +875,6 @@ void* row_address(const at::Tensor& t, int64_t row) {
 std::optional<std::vector<at::Tensor>> narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     const std::vector<bool>& keep) {
-  const std::string prefix = "hypatia: narrow_mlp_forward_cuda: ";
-  TORCH_CHECK(x2d.dim() == 2 && x2d.is_cuda(), prefix + "x2d must be a 2-D CUDA tensor");
-  TORCH_CHECK(
-      !weights.empty() && biases.size() == weights.size() && keep.size() == weights.size() && keep.back(),
-      prefix + "needs one bias and one keep flag per layer (the last set), but got " +
-          std::to_string(weights.size()) + " weights, " + std::to_string(biases.size()) + " biases and " +
-          std::to_string(keep.size()) + " flags");
   size_t offset = 0;
   int widest = 0;
   Width width;
