@@ -143,7 +143,7 @@ if [ "$phase" = reliability ]; then
 fi
 
 if [ "$phase" = all ] || [ "$phase" = bench ]; then
-  bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+  build_if_missing
   python3 "$root/scripts/bench_ops.py" --device cuda --out "$out" "$@" 2>&1 | tee "$out/bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
