@@ -5,13 +5,12 @@
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"
+#include "ops/cuda/kernel_launch.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <cstdlib>
 #include <optional>
-#include <string>
 
 namespace hypatia::ops {
 namespace {
@@ -20,10 +19,7 @@ namespace {
 // down the per-layer path even where the one-kernel narrow MLP applies, e.g. to compare the two.
 // Read once.
 bool narrow_mlp_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("HYPATIA_DISABLE_NARROW_MLP");
-    return value == nullptr || std::string(value).empty() || std::string(value) == "0";
-  }();
+  static const bool enabled = env_switch("HYPATIA_DISABLE_NARROW_MLP") != EnvSwitch::kOn;
   return enabled;
 }
 

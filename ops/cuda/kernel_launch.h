@@ -21,8 +21,8 @@ bool dense(const at::Tensor& t);
 // shared-memory limit to the device's opt-in maximum.
 int blocks_per_sm(const void* kernel, int threads, int device, size_t smem_bytes);
 
-// A tri-state kernel switch read from the environment variable `name`: unset or empty, the
-// library's own choice (kChosen); "0", never (kOff); any other value, wherever it applies (kOn).
+// A switch read from the environment variable `name`: unset or empty, the library's own choice
+// (kChosen); "0", off (kOff); any other value, on (kOn).
 enum class EnvSwitch { kChosen, kOff, kOn };
 EnvSwitch env_switch(const char* name);
 

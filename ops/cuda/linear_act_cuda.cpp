@@ -196,11 +196,9 @@ AlgoCache& algo_cache() {
   return cache;
 }
 
+// HYPATIA_CUBLASLT_AUTOTUNE=0: the heuristic's first acceptable pick, untimed.
 bool autotune_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("HYPATIA_CUBLASLT_AUTOTUNE");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool enabled = env_switch("HYPATIA_CUBLASLT_AUTOTUNE") != EnvSwitch::kOff;
   return enabled;
 }
 
@@ -212,10 +210,7 @@ EnvSwitch own_kernel_mode() {
 }
 
 bool log_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("HYPATIA_CUBLASLT_LOG");
-    return env != nullptr && std::string(env) != "" && std::string(env) != "0";
-  }();
+  static const bool enabled = env_switch("HYPATIA_CUBLASLT_LOG") == EnvSwitch::kOn;
   return enabled;
 }
 
