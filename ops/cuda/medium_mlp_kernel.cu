@@ -133,17 +133,6 @@ __device__ __forceinline__ void stmatrix_x4(void* to, const uint32_t (&tiles)[4]
                "r"(tiles[0]), "r"(tiles[1]), "r"(tiles[2]), "r"(tiles[3])
                : "memory");
 }
-// pack2 with the ReLU in the same cvt (NaN stays NaN).
-__device__ __forceinline__ uint32_t pack2_relu(float lo, float hi, __nv_bfloat16) {
-  uint32_t d;
-  asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-__device__ __forceinline__ uint32_t pack2_relu(float lo, float hi, __half) {
-  uint32_t d;
-  asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

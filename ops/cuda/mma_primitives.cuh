@@ -1,4 +1,5 @@
-// Device primitives of the tensor-core kernels (narrow_mlp_kernel.cu, skinny_linear_kernel.cu):
+// Device primitives of the tensor-core kernels (narrow_mlp_kernel.cu, skinny_linear_kernel.cu,
+// medium_mlp_kernel.cu):
 // conversions between float and the 16-bit storage dtypes, mma.sync, ldmatrix and cp.async.
 #pragma once
 
@@ -39,6 +40,17 @@ __device__ __forceinline__ uint32_t relu2(uint32_t v, __half) {
 __device__ __forceinline__ uint32_t relu2(uint32_t v, __nv_bfloat16) {
   const __nv_bfloat162 r = __hmax2_nan(*reinterpret_cast<const __nv_bfloat162*>(&v), __float2bfloat162_rn(0.f));
   return *reinterpret_cast<const uint32_t*>(&r);
+}
+// pack2 and relu2 in one cvt (NaN stays NaN, as relu2 keeps it).
+__device__ __forceinline__ uint32_t pack2_relu(float lo, float hi, __half) {
+  uint32_t d;
+  asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ uint32_t pack2_relu(float lo, float hi, __nv_bfloat16) {
+  uint32_t d;
+  asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
 }
 __device__ __forceinline__ float2 unpack2(uint32_t v, __half) {
   return make_float2(to_float(__ushort_as_half(uint16_t(v))), to_float(__ushort_as_half(uint16_t(v >> 16))));
