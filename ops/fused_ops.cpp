@@ -135,10 +135,10 @@ std::vector<at::Tensor> fused_linear_relu_backward_with(
 
 std::vector<at::Tensor> fused_mlp_backward_with(
     const BackwardGemms& gemms,
-    const at::Tensor& grad_out,
+    at::Tensor grad_out,
     const at::Tensor& input,
     at::TensorList weights,
-    at::TensorList saved_outputs,
+    std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias,
     bool relu_last,
     bool input_grad,
@@ -146,8 +146,10 @@ std::vector<at::Tensor> fused_mlp_backward_with(
   const size_t layers = weights.size();
   std::vector<at::Tensor> grad_weights(layers), grad_biases(layers);
   at::Tensor grad = as_rows(grad_out);
+  grad_out.reset();
   if (relu_last) {
     grad = at::threshold_backward(grad, as_rows(saved_outputs[layers - 1]), 0);  // eager's ReLU backward
+    saved_outputs[layers - 1].reset();
   }
   for (size_t i = layers; i-- > 0;) {
     // Below the top layer, relu_input_grad has already summed this layer's bias gradient.
@@ -163,6 +165,7 @@ std::vector<at::Tensor> fused_mlp_backward_with(
     if (i > 0) {
       std::tie(grad, grad_biases[i - 1]) =
           gemms.relu_input_grad(grad, weights[i], as_rows(saved_outputs[i - 1]), params_grad && has_bias.get(i - 1));
+      saved_outputs[i - 1].reset();  // read for the last time, by layer i's weight gradient and this
     } else if (input_grad) {
       grad = gemms.input_grad(grad, weights[i]);
     }

@@ -92,12 +92,15 @@ extern const BackwardGemms cuda_gemms;
 // when input_grad. Device-generic: per layer `gemms` (the input gradient through the ReLU below it
 // by relu_input_grad), and eager's ReLU backward on grad_out when relu_last. The caller (each
 // device's entry point, which first tries its one-kernel backwards) has checked the arguments.
+// grad_out and each saved output are dropped after their last use: where the caller handed over the
+// only references (_fused_mlp_backward's boxed kernels), their memory is freed layer by layer, as
+// eager's backward frees a layer's output once that layer is done.
 std::vector<at::Tensor> fused_mlp_backward_with(
     const BackwardGemms& gemms,
-    const at::Tensor& grad_out,
+    at::Tensor grad_out,
     const at::Tensor& input,
     at::TensorList weights,
-    at::TensorList saved_outputs,
+    std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias,
     bool relu_last,
     bool input_grad,
@@ -131,12 +134,13 @@ at::Tensor fused_mlp_cpu(
 std::vector<at::Tensor> fused_mlp_forward_cpu(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last);
 // _fused_mlp_backward on the CPU: narrow MLPs block by block through every layer (in cache),
-// wider ones and native half-precision GEMMs by fused_mlp_backward_with.
+// wider ones and native half-precision GEMMs by fused_mlp_backward_with (grad_out and
+// saved_outputs by value for it).
 std::vector<at::Tensor> fused_mlp_backward_cpu(
-    const at::Tensor& grad_out,
+    at::Tensor grad_out,
     const at::Tensor& input,
     at::TensorList weights,
-    at::TensorList saved_outputs,
+    std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias,
     bool relu_last,
     bool input_grad,
@@ -186,8 +190,9 @@ std::vector<at::Tensor> fused_linear_relu_backward_cuda(
     bool input_grad,
     bool weight_grad,
     bool bias_grad);
+// _fused_mlp_backward's kernel; grad_out and saved_outputs by value, as fused_mlp_backward_with.
 std::vector<at::Tensor> fused_mlp_backward_cuda(
-    const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
+    at::Tensor grad_out, const at::Tensor& input, at::TensorList weights, std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad);
 // act(x @ w.T + b) for 1..256 rows (ops/cuda/skinny_linear_kernel.cu): float32, float16 or
 // bfloat16, x [M, K] and w [N, K] dense and 16-byte aligned, K * element size a multiple of 16,

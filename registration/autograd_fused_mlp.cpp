@@ -6,11 +6,14 @@
 
 #include <hypatia/ops.h>
 
+#include <ATen/SavedTensorHooks.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <string>
 
 namespace hypatia {
 namespace {
@@ -45,14 +48,59 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     // Saved: input (where parameter gradients are wanted: the backward computes all of them or
     // none, and layer 0's weight gradient reads it; eager keeps no input it does not need), weights,
     // outputs of layers 0..L-2, and the last output when ReLU follows it.
+    // The hidden outputs (0..L-2), which nothing else holds, go to saved_data unless saved-tensor
+    // hooks are set: from there the graph's last backward hands them over to _fused_mlp_backward,
+    // which frees each after its layer as eager's backward does (a saved variable would hold them
+    // all until the backward ends). Hooks (offloading, checkpointing) get them as saved variables.
     const bool params_grad = any_requires_grad(weights) || any_requires_grad(present_biases);
+    const auto hidden_end = outputs.end() - 1;
     variable_list to_save = {params_grad ? input : ops::shape_only(input)};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
-    to_save.insert(to_save.end(), outputs.begin(), outputs.end() - (relu_last ? 0 : 1));
+    // (One entry each: compiled autograd traces tensors in saved_data, not in lists there.)
+    const bool hidden_as_data = !at::SavedTensorDefaultHooks::get_hooks().has_value();
+    ctx->saved_data["hidden_as_data"] = hidden_as_data;
+    if (hidden_as_data) {
+      for (auto h = outputs.begin(); h != hidden_end; ++h) {
+        ctx->saved_data[hidden_key(h - outputs.begin())] = *h;
+      }
+    } else {
+      to_save.insert(to_save.end(), outputs.begin(), hidden_end);
+    }
+    if (relu_last) {
+      to_save.push_back(outputs.back());
+    }
     ctx->save_for_backward(to_save);
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["relu_last"] = relu_last;
     return outputs.back();
+  }
+
+  static std::string hidden_key(std::ptrdiff_t layer) {
+    return "hidden_output_" + std::to_string(layer);
+  }
+
+  // The saved outputs of layers 0..L-2 (where forward put them), then the saved last output.
+  static std::vector<at::Tensor> saved_outputs(AutogradContext* ctx, const variable_list& saved, size_t layers) {
+    auto saved_after_weights = saved.begin() + 1 + static_cast<std::ptrdiff_t>(layers);
+    std::vector<at::Tensor> outputs;
+    if (!ctx->saved_data["hidden_as_data"].toBool()) {
+      outputs.assign(saved_after_weights, saved_after_weights + static_cast<std::ptrdiff_t>(layers - 1));
+      saved_after_weights += static_cast<std::ptrdiff_t>(layers - 1);
+    } else {
+      // In the graph's last backward the node drops what it saved after this call anyway: moved out
+      // (the only reference), they are freed by _fused_mlp_backward as it goes. A later backward
+      // (retain_graph) needs them again.
+      const bool last_backward = !torch::autograd::get_current_graph_task_keep_graph();
+      for (size_t i = 0; i + 1 < layers; ++i) {
+        const auto entry = ctx->saved_data.find(hidden_key(static_cast<std::ptrdiff_t>(i)));
+        outputs.push_back(last_backward ? std::move(entry->second).toTensor() : entry->second.toTensor());
+        if (last_backward) {
+          ctx->saved_data.erase(entry);
+        }
+      }
+    }
+    outputs.insert(outputs.end(), saved_after_weights, saved.end());
+    return outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -66,7 +114,7 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     const bool relu_last = ctx->saved_data["relu_last"].toBool();
     const size_t layers = has_bias.size();
     const at::TensorList weights(saved.data() + 1, layers);
-    const at::TensorList outputs(saved.data() + 1 + layers, saved.size() - 1 - layers);
+    std::vector<at::Tensor> outputs = saved_outputs(ctx, saved, layers);
 
     // Inputs as autograd numbers them: input, weights[0..L), present biases, has_bias, relu_last.
     size_t slots = 1 + layers;
@@ -82,7 +130,8 @@ class FusedMLP : public torch::autograd::Function<FusedMLP> {
     // Nothing to record: straight to the backend kernel, past the private op's Autograd fallback.
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     std::vector<at::Tensor> grads = op_calls::fused_mlp_backward(
-        grad_outputs[0], saved[0], weights, outputs, has_bias, relu_last, input_grad, params_grad);
+        std::move(grad_outputs[0]), saved[0], weights, std::move(outputs), has_bias, relu_last, input_grad,
+        params_grad);
     variable_list result(slots + 2);
     size_t next = 0;
     if (params_grad) {

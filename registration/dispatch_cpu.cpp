@@ -1,4 +1,5 @@
 #include "ops/fused_ops.h"
+#include "registration/mlp_backward_boxed.h"
 
 #include <torch/library.h>
 
@@ -9,5 +10,7 @@ TORCH_LIBRARY_IMPL(hypatia, CPU, m) {
   m.impl("_fused_linear_relu_backward", &hypatia::ops::fused_linear_relu_backward_cpu);
   m.impl("fused_mlp", &hypatia::ops::fused_mlp_cpu);
   m.impl("_fused_mlp_forward", &hypatia::ops::fused_mlp_forward_cpu);
-  m.impl("_fused_mlp_backward", &hypatia::ops::fused_mlp_backward_cpu);
+  m.impl(
+      "_fused_mlp_backward",
+      torch::CppFunction::makeFromBoxedFunction<&hypatia::mlp_backward_boxed<&hypatia::ops::fused_mlp_backward_cpu>>());
 }

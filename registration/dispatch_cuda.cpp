@@ -1,4 +1,5 @@
 #include "ops/fused_ops.h"
+#include "registration/mlp_backward_boxed.h"
 
 #include <torch/library.h>
 
@@ -9,5 +10,7 @@ TORCH_LIBRARY_IMPL(hypatia, CUDA, m) {
   m.impl("_fused_linear_relu_backward", &hypatia::ops::fused_linear_relu_backward_cuda);
   m.impl("fused_mlp", &hypatia::ops::fused_mlp_cuda);
   m.impl("_fused_mlp_forward", &hypatia::ops::fused_mlp_forward_cuda);
-  m.impl("_fused_mlp_backward", &hypatia::ops::fused_mlp_backward_cuda);
+  m.impl(
+      "_fused_mlp_backward",
+      torch::CppFunction::makeFromBoxedFunction<&hypatia::mlp_backward_boxed<&hypatia::ops::fused_mlp_backward_cuda>>());
 }

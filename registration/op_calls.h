@@ -2,6 +2,10 @@
 // Typed calls into the dispatcher of the private ops, for kernels (autograd) that call the ops below
 // them; the public ops' are in <hypatia/ops.h>.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <utility>
+#include <vector>
 
 namespace hypatia::op_calls {
 
@@ -50,21 +54,31 @@ inline std::vector<at::Tensor> fused_mlp_forward(
   return op.call(input, weights, biases, relu_last);
 }
 
+// Boxed, so that the gradient and saved outputs moved in here reach the kernel as its own
+// (registration/mlp_backward_boxed.h): it frees each after its last use.
 inline std::vector<at::Tensor> fused_mlp_backward(
-    const at::Tensor& grad_out,
+    at::Tensor grad_out,
     const at::Tensor& input,
     at::TensorList weights,
-    at::TensorList saved_outputs,
+    std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias,
     bool relu_last,
     bool input_grad,
     bool params_grad) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("hypatia::_fused_mlp_backward", "")
-                             .typed<std::vector<at::Tensor>(
-                                 const at::Tensor&, const at::Tensor&, at::TensorList, at::TensorList,
-                                 const c10::List<bool>&, bool, bool, bool)>();
-  return op.call(grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("hypatia::_fused_mlp_backward", "");
+  torch::jit::Stack stack;
+  stack.reserve(8);
+  stack.emplace_back(std::move(grad_out));
+  stack.emplace_back(input);
+  stack.emplace_back(weights);
+  stack.emplace_back(std::move(saved_outputs));
+  stack.emplace_back(has_bias);
+  stack.emplace_back(relu_last);
+  stack.emplace_back(input_grad);
+  stack.emplace_back(params_grad);
+  op.callBoxed(&stack);
+  return std::move(stack.back()).toTensorVector();
 }
 
 }  // namespace hypatia::op_calls

@@ -200,10 +200,10 @@ const BackwardGemms cpu_gemms{cpu_input_grad, cpu_weight_grads, cpu_relu_input_g
 }  // namespace
 
 std::vector<at::Tensor> fused_mlp_backward_cpu(
-    const at::Tensor& grad_out,
+    at::Tensor grad_out,
     const at::Tensor& input,
     at::TensorList weights,
-    at::TensorList saved_outputs,
+    std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias,
     bool relu_last,
     bool input_grad,
@@ -216,7 +216,8 @@ std::vector<at::Tensor> fused_mlp_backward_cpu(
       return *std::move(grads);
     }
     return fused_mlp_backward_with(
-        cpu_gemms, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+        cpu_gemms, std::move(grad_out), input, weights, std::move(saved_outputs), has_bias, relu_last, input_grad,
+        params_grad);
   }
   auto as_2d = [](const at::Tensor& t) { return as_rows(t).contiguous(); };
   std::vector<BackLayer> layers(weights.size());

@@ -106,7 +106,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_cuda(
 }
 
 std::vector<at::Tensor> fused_mlp_backward_cuda(
-    const at::Tensor& grad_out, const at::Tensor& input, at::TensorList weights, at::TensorList saved_outputs,
+    at::Tensor grad_out, const at::Tensor& input, at::TensorList weights, std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
   const c10::cuda::CUDAGuard device_guard(input.device());
   check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
@@ -122,7 +122,8 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
     }
   }
   return fused_mlp_backward_with(
-      cuda_gemms, grad_out, input, weights, saved_outputs, has_bias, relu_last, input_grad, params_grad);
+      cuda_gemms, std::move(grad_out), input, weights, std::move(saved_outputs), has_bias, relu_last, input_grad,
+      params_grad);
 }
 
 }  // namespace hypatia::ops

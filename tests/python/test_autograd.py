@@ -386,3 +386,13 @@ def test_cpu_narrow_bfloat16_weight_grad(rows, kn, bias, threads):
     for grad, ref, eager_grad in zip(grads, references, eager):
         assert grad.dtype == torch.bfloat16 and grad.shape == ref.shape
         assert rel_error(grad, ref) <= 1.05 * rel_error(eager_grad, ref) + 1e-6
+
+
+def test_fused_mlp_saved_tensor_hooks_get_every_saved_output(device):
+    """Hooks that offload or recompute saved tensors (torch.utils.checkpoint) see each layer's
+    saved output, as they would eager's."""
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    ws = [torch.randn(n, k, device=device, requires_grad=True) for k, n in [(16, 32), (32, 24), (24, 4)]]
+    saved, out = saved_by(lambda: torch.ops.hypatia.fused_mlp(x, ws, [None] * 3, True))
+    shapes = [tuple(t.shape) for t in saved]
+    assert all(shapes.count(s) == 1 for s in [(8, 32), (8, 24)]) and any(t is out for t in saved), shapes
