@@ -197,4 +197,12 @@ c10::SymDimVector linear_output_shape(const at::Tensor& input, const c10::SymInt
   return shape;
 }
 
+void check_no_forward_grad(const char* op, at::TensorList inputs) {
+  for (const at::Tensor& t : inputs) {
+    TORCH_CHECK(
+        !t.defined() || !t._fw_grad(/*level=*/0).defined(), op,
+        ": forward-mode AD (forward_ad, torch.func.jvp) is not supported; run F.linear and F.relu for it");
+  }
+}
+
 }  // namespace hypatia

@@ -34,6 +34,10 @@ void check_mlp_backward_args(
     const c10::List<bool>& has_bias,
     bool relu_last);
 
+// Forward-mode AD (torch.autograd.forward_ad, torch.func.jvp) has no formula for the hypatia ops:
+// a dual input is refused, where running the op would drop its tangent, a silently wrong answer.
+void check_no_forward_grad(const char* op, at::TensorList inputs);
+
 // fused_linear_relu's backward: grad_out [*, N] like the output, relu_mask its bits (below).
 void check_linear_relu_backward_args(
     const char* op, const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& weight,

@@ -2,6 +2,7 @@
 // weight and the ReLU mask (not the output) at 1 bit per element (_fused_linear_relu_masked). The
 // backward is dgrad / wgrad / bias-sum on the masked gradient, one op (_fused_linear_relu_backward);
 // under create_graph the same composition from differentiable ATen ops only, so double backward works too.
+#include "ops/checks.h"
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
@@ -72,6 +73,7 @@ bool any_requires_grad(const at::Tensor& input, const at::Tensor& weight, const 
 
 at::Tensor fused_linear_relu_autograd(
     const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  check_no_forward_grad("fused_linear_relu", {input, weight, bias.value_or(at::Tensor())});
   if (!at::GradMode::is_enabled() || !any_requires_grad(input, weight, bias)) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return hypatia::fused_linear_relu(input, weight, bias);

@@ -1,6 +1,7 @@
 // Autograd for fused_mlp: the forward keeps each layer's output (the next layer's input,
 // and the source of its ReLU mask); the backward is one op, _fused_mlp_backward (masks, wgrad,
 // bias sums and dgrad of every layer; on CUDA the narrow MLP's in one kernel plus the wgrads).
+#include "ops/checks.h"
 #include "ops/fused_ops.h"
 #include "registration/op_calls.h"
 
@@ -156,10 +157,6 @@ bool any_requires_grad(const at::Tensor& input, at::TensorList weights, const Op
 
 at::Tensor fused_mlp_autograd(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
-  if (!at::GradMode::is_enabled() || !any_requires_grad(input, weights, biases)) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return hypatia::fused_mlp(input, weights, biases, relu_last);
-  }
   std::vector<at::Tensor> present_biases;
   c10::List<bool> has_bias;
   for (const std::optional<at::Tensor>& b : biases) {
@@ -168,6 +165,13 @@ at::Tensor fused_mlp_autograd(
     if (present) {
       present_biases.push_back(*b);
     }
+  }
+  check_no_forward_grad("fused_mlp", {input});
+  check_no_forward_grad("fused_mlp", weights);
+  check_no_forward_grad("fused_mlp", present_biases);
+  if (!at::GradMode::is_enabled() || !any_requires_grad(input, weights, biases)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return hypatia::fused_mlp(input, weights, biases, relu_last);
   }
   return FusedMLP::apply(input, weights, at::TensorList(present_biases), has_bias, relu_last);
 }

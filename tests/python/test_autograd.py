@@ -396,3 +396,28 @@ def test_fused_mlp_saved_tensor_hooks_get_every_saved_output(device):
     saved, out = saved_by(lambda: torch.ops.hypatia.fused_mlp(x, ws, [None] * 3, True))
     shapes = [tuple(t.shape) for t in saved]
     assert all(shapes.count(s) == 1 for s in [(8, 32), (8, 24)]) and any(t is out for t in saved), shapes
+
+
+@pytest.mark.parametrize("op", ["fused_linear_relu", "fused_mlp"])
+@pytest.mark.parametrize("dual", ["input", "weight", "bias"])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_forward_mode_ad_is_refused(device, op, dual, requires_grad):
+    """No forward-mode formula: a dual input raises, where dropping its tangent would be wrong."""
+    import torch.autograd.forward_ad as fwAD
+    x = torch.randn(4, 8, device=device, requires_grad=requires_grad)
+    w = torch.randn(16, 8, device=device, requires_grad=requires_grad)
+    b = torch.randn(16, device=device, requires_grad=requires_grad)
+    with fwAD.dual_level():
+        args = {"input": x, "weight": w, "bias": b}
+        args[dual] = fwAD.make_dual(args[dual], torch.ones_like(args[dual]))
+        with pytest.raises(RuntimeError, match=f"{op}: forward-mode AD"):
+            if op == "fused_linear_relu":
+                torch.ops.hypatia.fused_linear_relu(args["input"], args["weight"], args["bias"])
+            else:
+                torch.ops.hypatia.fused_mlp(args["input"], [args["weight"]], [args["bias"]], False)
+
+
+def test_jvp_is_refused(device):
+    x, w = torch.randn(4, 8, device=device), torch.randn(16, 8, device=device)
+    with pytest.raises(RuntimeError, match="forward-mode AD"):
+        torch.func.jvp(lambda t: torch.ops.hypatia.fused_mlp(t, [w], [None], False), (x,), (torch.ones_like(x),))

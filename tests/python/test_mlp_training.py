@@ -239,7 +239,8 @@ def test_training_frees_each_saved_output_after_its_layer(device, dtype):
     """The backward frees a layer's saved output once that layer is done, as eager's does, so that a
     training step's peak memory is no more than eager's (a top-heavy MLP as DLRM's top one: the
     widest outputs are saved first and needed last). Under saved-tensor hooks, which get every saved
-    output, they stay to the end of the backward: more than eager's here, which shows the freeing."""
+    output, they stay to the end of the backward: the difference is the freeing (H200, float32:
+    eager 327, fused 228, under hooks 312 MiB; CPU: 34.5, 30.5, 44.5)."""
     if device == "cpu" and dtype == torch.bfloat16:
         pytest.skip("the CPU's bfloat16 backward goes by blocks of rows through every layer, at any width")
     torch.manual_seed(16)
@@ -263,7 +264,7 @@ def test_training_frees_each_saved_output_after_its_layer(device, dtype):
         peaks[step.__name__] = training_peak_mib(step, device)
         for leaf in leaves:
             leaf.grad = None
-    assert peaks["fused"] <= peaks["eager"] < peaks["fused_under_hooks"], peaks
+    assert peaks["fused"] <= peaks["eager"] and peaks["fused"] < peaks["fused_under_hooks"], peaks
 
 
 @pytest.mark.parametrize("widths", [[16, 64, 16], [16, 300, 64, 8]])
