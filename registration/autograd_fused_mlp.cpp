@@ -157,6 +157,15 @@ bool any_requires_grad(const at::Tensor& input, at::TensorList weights, const Op
 
 at::Tensor fused_mlp_autograd(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
+  check_no_forward_grad("fused_mlp", {input});
+  check_no_forward_grad("fused_mlp", weights);
+  for (const std::optional<at::Tensor>& b : biases) {
+    check_no_forward_grad("fused_mlp", {b.value_or(at::Tensor())});
+  }
+  if (!at::GradMode::is_enabled() || !any_requires_grad(input, weights, biases)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return hypatia::fused_mlp(input, weights, biases, relu_last);
+  }
   std::vector<at::Tensor> present_biases;
   c10::List<bool> has_bias;
   for (const std::optional<at::Tensor>& b : biases) {
@@ -165,13 +174,6 @@ at::Tensor fused_mlp_autograd(
     if (present) {
       present_biases.push_back(*b);
     }
-  }
-  check_no_forward_grad("fused_mlp", {input});
-  check_no_forward_grad("fused_mlp", weights);
-  check_no_forward_grad("fused_mlp", present_biases);
-  if (!at::GradMode::is_enabled() || !any_requires_grad(input, weights, biases)) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return hypatia::fused_mlp(input, weights, biases, relu_last);
   }
   return FusedMLP::apply(input, weights, at::TensorList(present_biases), has_bias, relu_last);
 }
