@@ -13,15 +13,8 @@
 
 namespace hypatia {
 
-using MlpBackwardKernel = std::vector<at::Tensor> (*)(
-    at::Tensor grad_out,
-    const at::Tensor& input,
-    at::TensorList weights,
-    std::vector<at::Tensor> saved_outputs,
-    const c10::List<bool>& has_bias,
-    bool relu_last,
-    bool input_grad,
-    bool params_grad);
+// The CPU and CUDA kernels' type (ops/fused_ops.h): the gradient and saved outputs by value.
+using MlpBackwardKernel = decltype(&ops::fused_mlp_backward_cpu);
 
 // A Tensor[] argument's tensors, moved out of its list where the stack held the only reference to
 // that list (a list shared with someone else is copied, not emptied under them).
