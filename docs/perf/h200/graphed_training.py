@@ -1,0 +1,101 @@
+"""Issue 39's training rows with the host taken out: forward+backward (torch.autograd.grad of the MLP
+w.r.t. input, weights and biases) of eager and hypatia, called as usual and replayed from a CUDA graph
+of the whole step (torch.cuda.graph, after a warm-up that autotunes), side by side in one process.
+Shapes, floors and input data are scripts/bench_ops.py's (one input set here, the same for all four);
+times are CUDA events around bursts of back-to-back calls, the median of the bursts of 5 interleaved
+rounds. A graphed step runs its kernels back to back, so its time is the kernels' alone; the
+difference to the plain call is what the host costs.
+Usage: python3 docs/perf/h200/graphed_training.py [--dtypes bfloat16,float16] [--rows dlrm-bottom,...]"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+from bench_ops import NAMED_MLPS, Case, eager_fn, hypatia_fn, make_set, measure_ceilings  # noqa: E402
+
+ROUNDS, BURSTS, CALLS = 5, 3, 10
+
+
+def step(fn, x, ws, bs, gout):
+    return torch.autograd.grad(fn(x, ws, bs), [x] + ws + bs, gout)
+
+
+def graphed(fn, x, ws, bs, gout):
+    """A CUDA graph of one step (warmed up on a side stream first): its replay and its gradients."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(fn, x, ws, bs, gout)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grads = step(fn, x, ws, bs, gout)
+    return graph, grads
+
+
+def burst_ms(call):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(CALLS):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / CALLS
+
+
+def rel_error(got, want):
+    return max(((g.double() - w.double()).norm() / w.double().norm()).item() for g, w in zip(got, want))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dtypes", default="bfloat16,float16")
+    p.add_argument("--rows", default=",".join(n for n in NAMED_MLPS if n != "tiny-ragged"))
+    args = p.parse_args()
+    dtypes = args.dtypes.split(",")
+    ceilings = measure_ceilings("cuda", dtypes, False, None)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; copy {ceilings['copy_GBps']:.0f} GB/s, GEMM "
+          + ", ".join(f"{d} {v / 1e3:.0f} TFLOP/s" for d, v in ceilings["gemm_GFLOPs"].items()))
+    print("| row | dtype | eager | hypatia | eager graphed | hypatia graphed | hyp/eager | hyp/eager graphed "
+          "| hyp graphed %floor | host share of hypatia |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name in args.rows.split(","):
+        for dtype in dtypes:
+            case = Case.named(name, dtype)
+            x, ws, bs, gout = make_set(case, "cuda", True, torch.Generator("cuda").manual_seed(0))
+            fns = {"eager": eager_fn(case), "hypatia": hypatia_fn(case)}
+            calls, grads = {}, {}
+            for who, fn in fns.items():
+                calls[who] = (lambda fn=fn: step(fn, x, ws, bs, gout))
+                graph, grads[who] = graphed(fn, x, ws, bs, gout)
+                calls[who + " graphed"] = graph.replay
+            for call in calls.values():
+                call()
+            torch.cuda.synchronize()
+            # The graphed steps compute what the plain ones do: the same gradients as a plain step.
+            plain = step(fns["hypatia"], x, ws, bs, gout)
+            err = rel_error(grads["hypatia"], plain)
+            assert err < 1e-2, (name, dtype, err)
+            samples = {who: [] for who in calls}
+            for _ in range(ROUNDS):
+                for who, call in calls.items():
+                    samples[who] += [burst_ms(call) for _ in range(BURSTS)]
+            ms = {who: statistics.median(s) for who, s in samples.items()}
+            floor_ms = max(case.flops("fwd+bwd") / ceilings["gemm_GFLOPs"][dtype] / 1e6,
+                           case.bytes("fwd+bwd") / ceilings["copy_GBps"] / 1e6)
+            print(f"| {name} | {dtype} | {ms['eager']:.3f} | {ms['hypatia']:.3f} | {ms['eager graphed']:.3f} | "
+                  f"{ms['hypatia graphed']:.3f} | {ms['eager'] / ms['hypatia']:.2f} | "
+                  f"{ms['eager graphed'] / ms['hypatia graphed']:.2f} | {100 * floor_ms / ms['hypatia graphed']:.1f} | "
+                  f"{100 * (1 - ms['hypatia graphed'] / ms['hypatia']):.0f}% |", flush=True)
+            del calls, grads, graph, plain, x, ws, bs, gout
+            torch.cuda.empty_cache()
+    print("(ms per forward+backward, medians; graphed gradients match a plain step's within 1e-2)")
+
+
+if __name__ == "__main__":
+    main()
