@@ -1,22 +1,20 @@
 """Issue 39's training rows with the host taken out: forward+backward (torch.autograd.grad of the MLP
 w.r.t. input, weights and biases) of eager and hypatia, called as usual and replayed from a CUDA graph
 of the whole step (torch.cuda.graph, after a warm-up that autotunes), side by side in one process.
-Shapes, floors and input data are scripts/bench_ops.py's (one input set here, the same for all four);
-times are CUDA events around bursts of back-to-back calls, the median of the bursts of 5 interleaved
-rounds. A graphed step runs its kernels back to back, so its time is the kernels' alone; the
-difference to the plain call is what the host costs.
+Shapes, floors, input data and timing are scripts/bench_ops.py's (one input set here, the same for all
+four; time_interleaved: CUDA events around bursts, medians, competitors in interleaved rounds). A
+graphed step runs its kernels back to back, so its time is the kernels' alone; the difference to the
+plain call is what the host costs.
 Usage: python3 docs/perf/h200/graphed_training.py [--dtypes bfloat16,float16] [--rows dlrm-bottom,...]"""
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
-from bench_ops import NAMED_MLPS, Case, eager_fn, hypatia_fn, make_set, measure_ceilings  # noqa: E402
-
-ROUNDS, BURSTS, CALLS = 5, 3, 10
+from bench_ops import (NAMED_MLPS, Case, eager_fn, hypatia_fn, make_set, measure_ceilings,  # noqa: E402
+                       time_interleaved, timing_budget)
 
 
 def step(fn, x, ws, bs, gout):
@@ -35,17 +33,6 @@ def graphed(fn, x, ws, bs, gout):
     with torch.cuda.graph(graph):
         grads = step(fn, x, ws, bs, gout)
     return graph, grads
-
-
-def burst_ms(call):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(CALLS):
-        call()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / CALLS
 
 
 def rel_error(got, want):
@@ -81,18 +68,15 @@ def main():
             plain = step(fns["hypatia"], x, ws, bs, gout)
             err = rel_error(grads["hypatia"], plain)
             assert err < 1e-2, (name, dtype, err)
-            samples = {who: [] for who in calls}
-            for _ in range(ROUNDS):
-                for who, call in calls.items():
-                    samples[who] += [burst_ms(call) for _ in range(BURSTS)]
-            ms = {who: statistics.median(s) for who, s in samples.items()}
+            timed = {who: (lambda i, call=call: call(), None) for who, call in calls.items()}
+            ms = {who: m for who, (m, _, _) in time_interleaved(timed, 1, "cuda", timing_budget("cuda", False)).items()}
             floor_ms = max(case.flops("fwd+bwd") / ceilings["gemm_GFLOPs"][dtype] / 1e6,
                            case.bytes("fwd+bwd") / ceilings["copy_GBps"] / 1e6)
             print(f"| {name} | {dtype} | {ms['eager']:.3f} | {ms['hypatia']:.3f} | {ms['eager graphed']:.3f} | "
                   f"{ms['hypatia graphed']:.3f} | {ms['eager'] / ms['hypatia']:.2f} | "
                   f"{ms['eager graphed'] / ms['hypatia graphed']:.2f} | {100 * floor_ms / ms['hypatia graphed']:.1f} | "
                   f"{100 * (1 - ms['hypatia graphed'] / ms['hypatia']):.0f}% |", flush=True)
-            del calls, grads, graph, plain, x, ws, bs, gout
+            del calls, timed, grads, graph, plain, x, ws, bs, gout
             torch.cuda.empty_cache()
     print("(ms per forward+backward, medians; graphed gradients match a plain step's within 1e-2)")
 
