@@ -172,6 +172,12 @@ class Case:
         elems = inputs + out if mode == "fwd" else 2 * inputs + out  # fwd+bwd: read x, params, grad_out; write their grads
         return elems * DTYPES[self.dtype][0].itemsize
 
+    def floors_ms(self, mode: str, ceilings: dict) -> tuple[float, float]:
+        """(flop floor, byte floor) in ms: flops at the GEMM rate, bytes at the copy rate of `ceilings`
+        (measure_ceilings' gemm_GFLOPs per dtype and copy_GBps)."""
+        return (self.flops(mode) / (ceilings["gemm_GFLOPs"][self.dtype] * 1e9) * 1e3,
+                self.bytes(mode) / (ceilings["copy_GBps"] * 1e9) * 1e3)
+
 
 # ----------------------------------------------------------------------------- implementations
 
@@ -656,9 +662,7 @@ class Runner:
         return rows
 
     def new_row(self, case: Case, mode: str, threads, ceilings, baseline) -> dict:
-        c = ceilings[threads] if self.device == "cpu" else ceilings[None]
-        flop_floor = case.flops(mode) / (c["gemm_GFLOPs"][case.dtype] * 1e9) * 1e3
-        byte_floor = case.bytes(mode) / (c["copy_GBps"] * 1e9) * 1e3
+        flop_floor, byte_floor = case.floors_ms(mode, ceilings[threads] if self.device == "cpu" else ceilings[None])
         base = baseline.get((case.op, tuple(case.shape().values()), case.dtype, mode)) if baseline else None
         return {
             "op": case.op, "shape": case.shape(), "label": case.label(), "dtype": case.dtype,

@@ -70,8 +70,7 @@ def main():
             assert err < 1e-2, (name, dtype, err)
             timed = {who: (lambda i, call=call: call(), None) for who, call in calls.items()}
             ms = {who: m for who, (m, _, _) in time_interleaved(timed, 1, "cuda", timing_budget("cuda", False)).items()}
-            floor_ms = max(case.flops("fwd+bwd") / ceilings["gemm_GFLOPs"][dtype] / 1e6,
-                           case.bytes("fwd+bwd") / ceilings["copy_GBps"] / 1e6)
+            floor_ms = max(case.floors_ms("fwd+bwd", ceilings))
             print(f"| {name} | {dtype} | {ms['eager']:.3f} | {ms['hypatia']:.3f} | {ms['eager graphed']:.3f} | "
                   f"{ms['hypatia graphed']:.3f} | {ms['eager'] / ms['hypatia']:.2f} | "
                   f"{ms['eager graphed'] / ms['hypatia graphed']:.2f} | {100 * floor_ms / ms['hypatia graphed']:.1f} | "
