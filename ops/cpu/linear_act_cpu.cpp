@@ -79,8 +79,9 @@ bool has_onednn() {
 }
 
 // x2d @ w.T + b by oneDNN's inner product (mkldnn::_linear_pointwise, the op behind
-// torch.compile's CPU linear fusions); w contiguous [N, K] or packed by onednn_packed_weight. Its ReLU
-// post-op is not used: it turns NaN into 0, where torch.relu keeps it.
+// torch.compile's CPU linear fusions); w [N, K] contiguous, or the transposed view of a contiguous
+// [K, N] (oneDNN reads its strides), or packed by onednn_packed_weight. Its ReLU post-op is not used:
+// it turns NaN into 0, where torch.relu keeps it.
 at::Tensor onednn_linear(const at::Tensor& x2d, const at::Tensor& w, const OptionalTensor& b) {
   torch::jit::Stack stack{
       x2d.contiguous(), w, b ? c10::IValue(b->contiguous()) : c10::IValue(), c10::IValue("none"),
@@ -412,9 +413,10 @@ CpuLayer prepare_cpu_layer(
 
 at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
   // On the AMD EPYC, 8192-row gradients by [4096, 1024] and [1024, 4096] weights: 1.07-1.18x MKL's
-  // mm, with the copy of w.T (docs/perf/experiments.md#onednn-input-gradient); but
-  // fused_linear_relu 256x256->512 forward+backward lost 3-10% with it (the same entry), so only
-  // compute-bound ones. Not over zero out-features, where oneDNN has no inner product.
+  // mm (docs/perf/experiments.md#onednn-input-gradient); but fused_linear_relu 256x256->512
+  // forward+backward lost 3-10% with it (the same entry), so only compute-bound ones. w.T goes as a
+  // view: a contiguous copy of it was slower and, in an MLP's backward, raised the peak memory above
+  // eager's. Not over zero out-features, where oneDNN has no inner product.
   const int64_t macs = grad2d.size(0) * w.size(0) * w.size(1);
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
   // Wide bfloat16 ones by the library's kernel, as a layer of w.size(0) in and w.size(1) out features.
@@ -426,7 +428,7 @@ at::Tensor cpu_input_grad(const at::Tensor& grad2d, const at::Tensor& w) {
 #endif
   if (grad2d.scalar_type() == at::kFloat && onednn_float32_blocks() && w.size(0) > 0 && macs >= kMinOnednnMacs &&
       has_onednn()) {
-    return onednn_linear(grad2d, w.t().contiguous(), std::nullopt);
+    return onednn_linear(grad2d, w.t(), std::nullopt);
   }
   return grad2d.mm(w);
 }
