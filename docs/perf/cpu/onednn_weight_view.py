@@ -1,22 +1,16 @@
 """The float32 input gradient grad @ w on the CPU three ways: MKL's mm, oneDNN's inner product
 (mkldnn::_linear_pointwise, what ops/cpu/linear_act_cpu.cpp's cpu_input_grad runs) on a contiguous
-copy of w.T, and on w.T as a view; ms per call (median of 10 after 2) at 2 threads, and the largest
-relative difference to mm. Usage: python3 docs/perf/cpu/onednn_weight_view.py"""
-import statistics
-import time
+copy of w.T, and on w.T as a view; ms per call at 2 threads, timed as scripts/bench_ops.py times its
+competitors (time_interleaved: medians of single calls, the three in interleaved rounds), and the
+largest relative difference to mm.
+Usage: python3 docs/perf/cpu/onednn_weight_view.py"""
+import sys
+from pathlib import Path
 
 import torch
 
-
-def median_ms(fn, n=10):
-    fn()
-    fn()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+from bench_ops import rel_error, time_interleaved, timing_budget  # noqa: E402
 
 
 def main():
@@ -30,9 +24,10 @@ def main():
         ways = {"mm": lambda: g.mm(w),
                 "copied": lambda: linear(g, w.t().contiguous(), None, "none", [], ""),
                 "view": lambda: linear(g, w.t(), None, "none", [], "")}
-        ref = ways["mm"]()
-        diff = max(((way() - ref).norm() / ref.norm()).item() for way in ways.values())
-        ms = {name: median_ms(way) for name, way in ways.items()}
+        ref = ways["mm"]().double()
+        diff = max(rel_error(way(), ref) for way in ways.values())
+        timed = {name: (lambda i, way=way: way(), None) for name, way in ways.items()}
+        ms = {name: m for name, (m, _, _) in time_interleaved(timed, 1, "cpu", timing_budget("cpu", False)).items()}
         print(f"| [{m}, {n}] @ [{n}, {k}] | {ms['mm']:.2f} | {ms['copied']:.2f} | {ms['view']:.2f} | {diff:.1e} |")
 
 
