@@ -1,13 +1,16 @@
 // fused_mlp's forward for medium widths (every width at most 256: the input a multiple of 16, the
 // others of 32; half or bfloat16) as ONE kernel on the H100's warpgroup MMA (wgmma) and tensor
 // memory accelerator (TMA), sm_90a. Each CTA takes 128 rows at a time and keeps their activations
-// in shared memory from layer to layer. A producer warpgroup streams every layer's weights by TMA, in
-// 64-column k-slices of all (up to 256) output rows, into a ring of stages guarded by mbarriers
-// (full: the slice landed; empty: both consumers are done with it), running ahead across layers and
-// row blocks. Two consumer warpgroups, 64 rows each, run m64n256k16 with both operands 128-byte
-// swizzled in shared memory (the layout TMA writes), add the bias in float32 and round each output
-// once, as eager's epilogue does; kept outputs go to global memory by TMA from shared memory. A
-// consumer reads and writes only its own rows, so the two never wait for each other.
+// in shared memory from layer to layer, each layer's output over its input. A producer warpgroup
+// streams every layer's weights by TMA, in 64-column k-slices of all (up to 256) output rows, into a
+// ring of stages guarded by mbarriers (full: the slice landed; empty: both consumers are done with
+// it), running ahead across layers and row blocks. Two consumer warpgroups, 64 rows each, run
+// m64n256k16 with both operands 128-byte swizzled in shared memory (the layout TMA writes), add the
+// bias in float32 and round each output once, as eager's epilogue does; kept outputs go to global
+// memory by TMA from shared memory. A consumer reads and writes only its own rows. The two take
+// turns at the tensor cores (ping-pong): one issues a layer's MMAs while the other runs its epilogue,
+// so the epilogues overlap the MMAs; the ring holds a whole layer's slices and one more, so that the
+// second consumer finds the slices the first has used.
 // Taken where measured faster than the per-layer path (medium_policy below; docs/perf/experiments.md).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
@@ -38,7 +41,7 @@ constexpr int kRows = 128;      // a row block: two consumer warpgroups of 64
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
 constexpr int kSliceK = 64;                      // weight columns a stage holds: 128-byte swizzled rows
-constexpr int kStages = 3;
+constexpr int kStages = 5;  // a layer's (up to 4) slices, read by both consumers in turn, and the next
 constexpr int kStageBytes = kMaxWidth * kSliceK * 2;
 constexpr int kAtom = 1024;  // 8 rows of 128 bytes: the unit of the 128-byte swizzle
 
@@ -143,6 +146,14 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void group_barrier(int group) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(group + 1) : "memory");
 }
+// The consumers' turns at the tensor cores (named barriers 3 and 4, one a group: its 128 threads
+// wait there for the other group's 128 arrivals).
+__device__ __forceinline__ void wait_turn(int group) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(group + 3) : "memory");
+}
+__device__ __forceinline__ void pass_turn(int group) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"((group ^ 1) + 3) : "memory");
+}
 
 // D (+)= A B^T, A: 64 x 16 and B: 256 x 16 in shared memory; d[4 j .. 4 j + 3] hold rows lane / 4 and
 // lane / 4 + 8 of the warp's 16, columns 8 j + 2 (lane % 4) and the next. One asm for both operand
@@ -194,8 +205,8 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // TMA's 128-byte swizzle needs 1024-byte aligned stages: the launch asks for kAtom bytes more.
   unsigned char* const smem = smem_raw + ((kAtom - static_cast<int>(smem_address(smem_raw) % kAtom)) % kAtom);
-  const int act_bytes = kRows * p.act_width * 2;
-  unsigned char* const ring = smem + 2 * act_bytes;
+  unsigned char* const act = smem;  // the row block's activations: a layer's input, then its output
+  unsigned char* const ring = smem + kRows * p.act_width * 2;
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring + kStages * kStageBytes);
   uint64_t* const empty = full + kStages;
   const int tid = threadIdx.x;
@@ -250,9 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
     }
     cp_async_commit();
   };
-  unsigned char* src = smem;  // the layer's input rows
-  unsigned char* dst = smem + act_bytes;
-  load_input(src, int64_t(blockIdx.x) * kRows);
+  load_input(act, int64_t(blockIdx.x) * kRows);
   // The epilogue stores 16 columns of the warp's 16 rows at a time by stmatrix (four 8 x 8 tiles:
   // rows 0-7 and 8-15 of chunk j, then of chunk j + 1), lane L giving row L % 8 + 8 ((L / 8) % 2) of
   // tile L / 8: swizzled_offset's row part, and its 16-byte chunk j + L / 16 XORed with L % 8.
@@ -264,6 +273,10 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
     acc[i] = 0.f;
   }
   int64_t job = 0;
+  // A turn a layer of a block: group 0 takes the first; group 1 passes every turn on but its last,
+  // whose arrival nobody would wait for.
+  const int64_t turns = my_blocks * p.count;
+  int64_t turn = 0;
   for (int64_t b = 0; b < my_blocks; ++b) {
     const int64_t row0 = (int64_t(blockIdx.x) + b * gridDim.x) * kRows;
     for (int l = 0; l < p.count; ++l) {
@@ -277,9 +290,6 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         }
         fence_proxy_async();
         group_barrier(group);
-      }
-      if (last && b + 1 < my_blocks) {  // `dst` held layer l - 1's input: every MMA on it is done
-        load_input(dst, row0 + int64_t(gridDim.x) * kRows);
       }
       // The bias, read while the MMAs run: lane L holds columns 64 m + 2 L and the next, so the pair a
       // thread adds after chunk j is word j / 8 of lane 4 (j % 8) + L % 4 (one shuffle, no waits).
@@ -296,10 +306,13 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           bias_pairs[m] = uint32_t(__ldg(bias + col)) | uint32_t(__ldg(bias + col + 1)) << 16;
         }
       }
+      if (group == 1 || turn > 0) {
+        wait_turn(group);
+      }
       for (int s = 0; s < slices; ++s, ++job) {
         const int stage = int(job % kStages);
         mbarrier_wait(&full[stage], int((job / kStages) & 1));
-        const unsigned char* const a_rows = src + s * (kRows * 128) + group * 64 * 128;  // panel s, the group's rows
+        const unsigned char* const a_rows = act + s * (kRows * 128) + group * 64 * 128;  // panel s, the group's rows
         const unsigned char* const b_rows = ring + stage * kStageBytes;
         wgmma_fence();
 #pragma unroll
@@ -314,20 +327,23 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           mbarrier_arrive(&empty[int((job - 1) % kStages)]);
         }
       }
+      // Issued: the other group's MMAs may queue behind these.
+      if (group == 0 || turn + 1 < turns) {
+        pass_turn(group);
+      }
+      ++turn;
       wgmma_wait<0>();
       __syncwarp();
       if (lane == 0) {
         mbarrier_arrive(&empty[int((job - 1) % kStages)]);
       }
-      // The last layer's output replaces its input (this group's rows only, which only its own MMAs,
-      // all done, read): `dst` may already hold the next block's input. Whatever this epilogue
-      // overwrites, the stores to global memory have finished reading.
-      unsigned char* const to = last ? src : dst;
+      // The output replaces the input (this group's rows only, which only its own MMAs, all done,
+      // read). Whatever this epilogue overwrites, the stores to global memory have finished reading.
       if (gtid == 0) {
         bulk_wait_read<0>();
       }
       group_barrier(group);
-      // Rounded once after the bias, then the ReLU (NaN kept, as torch.relu keeps it), into `to`'s
+      // Rounded once after the bias, then the ReLU (NaN kept, as torch.relu keeps it), into `act`'s
       // swizzled rows; zeros up to the last k-slice's end where the next layer reads them. One
       // instance per (ReLU, full width), so that the loop has no branch.
       const int padded = last ? N : (N + kSliceK - 1) / kSliceK * kSliceK;
@@ -356,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           if (!decltype(full_width)::value && 8 * j >= N) {
             tiles[0] = tiles[1] = tiles[2] = tiles[3] = 0u;
           }
-          stmatrix_x4(to + stsm_row + (j / 8) * (kRows * 128) + ((((j % 8) + stsm_chunk) ^ stsm_swizzle) << 4), tiles);
+          stmatrix_x4(act + stsm_row + (j / 8) * (kRows * 128) + ((((j % 8) + stsm_chunk) ^ stsm_swizzle) << 4), tiles);
         }
       };
       using yes = std::true_type;
@@ -371,16 +387,19 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         group_barrier(group);
         if (gtid == 0) {
           for (int s = 0; s * kSliceK < N; ++s) {
-            tma_store(&p.out_map[l], to + s * (kRows * 128) + group * 64 * 128, s * kSliceK,
+            tma_store(&p.out_map[l], act + s * (kRows * 128) + group * 64 * 128, s * kSliceK,
                       int(row0) + group * 64);
           }
           bulk_commit();
         }
       }
-      // The output is the next layer's input; after the last layer, `dst` holds the next block's.
-      unsigned char* const next = dst;
-      dst = src;
-      src = next;
+      if (last && b + 1 < my_blocks) {  // the next block's input, once the stores have read these rows
+        if (gtid == 0) {
+          bulk_wait_read<0>();
+        }
+        group_barrier(group);
+        load_input(act, row0 + int64_t(gridDim.x) * kRows);
+      }
     }
   }
   if (gtid == 0) {
@@ -531,7 +550,7 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   }
   p.act_width = (widest + kSliceK - 1) / kSliceK * kSliceK;
   const size_t smem_bytes =
-      2 * size_t(kRows) * p.act_width * 2 + size_t(kStages) * (kStageBytes + 2 * sizeof(uint64_t)) + kAtom;
+      size_t(kRows) * p.act_width * 2 + size_t(kStages) * (kStageBytes + 2 * sizeof(uint64_t)) + kAtom;
   const c10::cuda::CUDAGuard device_guard(x2d.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
   // TMA coordinates are 32-bit: a row block's first row must fit.

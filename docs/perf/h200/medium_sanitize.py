@@ -1,0 +1,32 @@
+"""The medium forward under compute-sanitizer: run as `compute-sanitizer --tool T python3 this`
+with HYPATIA_MEDIUM_MLP=1 (and PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that memcheck sees each
+tensor's own bounds). Shapes: several row blocks a CTA (the ring and the turns across blocks), a
+ragged last block, widths that leave part of the tile unused, and a training forward whose hidden
+outputs are kept. Prints each shape's error against float64."""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python"))
+import hypatia_ops  # noqa: E402,F401
+
+SHAPES = [(300, [256] * 5, False), (777, [64, 256, 160, 64], True), (1000, [128, 256, 256, 64], False),
+          (40000, [256, 256, 64], False)]
+for rows, widths, relu_last in SHAPES:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, widths[0], device="cuda", dtype=torch.bfloat16, generator=g)
+    ws = [torch.randn(o, i, device="cuda", dtype=torch.bfloat16, generator=g) / i**0.5
+          for i, o in zip(widths, widths[1:])]
+    bs = [torch.randn(o, device="cuda", dtype=torch.bfloat16, generator=g) for o in widths[1:]]
+    training = rows == 1000
+    if training:
+        x.requires_grad_(True)
+    out = torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last)
+    ref = x.detach().double()
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        ref = torch.nn.functional.linear(ref, w.double(), b.double())
+        if i + 1 < len(ws) or relu_last:
+            ref = ref.relu()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    print(rows, widths, "training" if training else "inference", "rel err", f"{err:.3e}", flush=True)
