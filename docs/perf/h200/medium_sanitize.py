@@ -9,7 +9,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 import hypatia_ops  # noqa: E402,F401
+from bench_ops import rel_error  # noqa: E402
 
 SHAPES = [(300, [256] * 5, False), (777, [64, 256, 160, 64], True), (1000, [128, 256, 256, 64], False),
           (40000, [256, 256, 64], False)]
@@ -28,5 +30,5 @@ for rows, widths, relu_last in SHAPES:
         ref = torch.nn.functional.linear(ref, w.double(), b.double())
         if i + 1 < len(ws) or relu_last:
             ref = ref.relu()
-    err = ((out.double() - ref).norm() / ref.norm()).item()
+    err = rel_error(out, ref)
     print(rows, widths, "training" if training else "inference", "rel err", f"{err:.3e}", flush=True)
