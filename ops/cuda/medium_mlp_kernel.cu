@@ -1,16 +1,18 @@
-// fused_mlp's forward for medium widths (every width at most 256: the input a multiple of 16, the
-// others of 32; half or bfloat16) as ONE kernel on the H100's warpgroup MMA (wgmma) and tensor
-// memory accelerator (TMA), sm_90a. Each CTA takes 128 rows at a time and keeps their activations
-// in shared memory from layer to layer, each layer's output over its input. A producer warpgroup
-// streams every layer's weights by TMA, in 64-column k-slices of all (up to 256) output rows, into a
-// ring of stages guarded by mbarriers (full: the slice landed; empty: both consumers are done with
-// it), running ahead across layers and row blocks. Two consumer warpgroups, 64 rows each, run
-// m64n256k16 with both operands 128-byte swizzled in shared memory (the layout TMA writes), add the
-// bias in float32 and round each output once, as eager's epilogue does; kept outputs go to global
-// memory by TMA from shared memory. A consumer reads and writes only its own rows. The two take
-// turns at the tensor cores (ping-pong): one issues a layer's MMAs while the other runs its epilogue,
-// so the epilogues overlap the MMAs; the ring holds a whole layer's slices and one more, so that the
-// second consumer finds the slices the first has used.
+// fused_mlp's forward for medium widths (every width at most 512, the hidden and output ones
+// multiples of 32, and a layer wider than 256 reading at most 256; half or bfloat16) as ONE kernel on
+// the H100's warpgroup MMA (wgmma) and tensor memory accelerator (TMA), sm_90a. Each CTA takes 128
+// rows at a time and keeps their activations in shared memory from layer to layer, each layer's
+// output over its input (a layer wider than 256 in two halves, the upper one first, which lands past
+// the input's columns). A producer warpgroup streams every layer's weights by TMA, in 64-column
+// k-slices of 256 output rows, into a ring of stages guarded by mbarriers (full: the slice landed;
+// empty: both consumers are done with it), running ahead across layers and row blocks. Two consumer
+// warpgroups, 64 rows each, run m64n256k16 with both operands 128-byte swizzled in shared memory (the
+// layout TMA writes), add the bias in float32 and round each output once, as eager's epilogue does;
+// kept outputs go to global memory by TMA from shared memory. A consumer reads and writes only its
+// own rows. Where the ring holds a layer's slices and one more (activations at most 256 wide), the two
+// take turns at the tensor cores (ping-pong): one issues a layer's MMAs while the other runs its
+// epilogue, so the epilogues overlap the MMAs, and the second consumer finds the slices the first has
+// used; else they run in step.
 // Taken where measured faster than the per-layer path (medium_policy below; docs/perf/experiments.md).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
@@ -18,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -36,17 +39,20 @@ namespace hypatia::ops {
 namespace {
 
 constexpr int kMaxLayers = 16;
-constexpr int kMaxWidth = 256;  // one m64n256 tile covers a layer's outputs
+constexpr int kMaxWidth = 512;  // a layer's outputs in at most two tiles
+constexpr int kTile = 256;      // the outputs of one m64n256 tile
 constexpr int kRows = 128;      // a row block: two consumer warpgroups of 64
 constexpr int kConsumerThreads = 256;
 constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
 constexpr int kSliceK = 64;                      // weight columns a stage holds: 128-byte swizzled rows
-constexpr int kStages = 5;  // a layer's (up to 4) slices, read by both consumers in turn, and the next
-constexpr int kStageBytes = kMaxWidth * kSliceK * 2;
+// Stages of the ring: with turns, a 256-wide layer's 4 slices, read by both consumers in turn, and
+// the next; fewer where wider activations leave less shared memory.
+constexpr int kMaxStages = 5;
+constexpr int kStageBytes = kTile * kSliceK * 2;
 constexpr int kAtom = 1024;  // 8 rows of 128 bytes: the unit of the 128-byte swizzle
 
 struct Params {
-  CUtensorMap weight_map[kMaxLayers];  // [width[l+1], width[l]] row-major; boxes of kMaxWidth x kSliceK, zeros outside
+  CUtensorMap weight_map[kMaxLayers];  // [width[l+1], width[l]] row-major; boxes of kTile x kSliceK, zeros outside
   int count;
   int width[kMaxLayers + 1];
   int slices[kMaxLayers];        // k-slices of layer l: width[l] / kSliceK, rounded up
@@ -58,10 +64,24 @@ struct Params {
   const void* x;                 // [rows, width[0]]
   int64_t rows;
   int64_t blocks;  // ceil(rows / kRows)
-  int act_width;   // columns of an activation buffer: the widest, rounded up to kSliceK
+  int act_width;   // columns of the activation buffer: the widest, rounded up to kSliceK
+  int stages;      // of the ring
+  int turns;       // whether the consumers take turns: the ring holds every layer's slices and one more
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A slice's place in the ring, stepped by counting: the stage count is a launch parameter, and a
+// 64-bit division by it per slice (a called subroutine) cost the 256-wide shapes 20%.
+struct RingPosition {
+  int stage, parity;  // parity: of the stage's phase this pass round the ring
+  __device__ __forceinline__ void advance(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      parity ^= 1;
+    }
+  }
+};
+
 // Registers a thread, set by setmaxnreg: the producer gives up what the consumers' 128 accumulators
 // need (128 x 40 + 256 x 232 <= 65536; the launch gets 65536 / 384, 168).
 constexpr int kProducerRegisters = 40;
@@ -105,12 +125,12 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
       "r"(parity)
       : "memory");
 }
-// The box of `map` at (column k, row 0) into `to`, counted on `bar`.
-__device__ __forceinline__ void tma_load(void* to, const CUtensorMap* map, int k, uint64_t* bar) {
+// The box of `map` at (column k, row) into `to`, counted on `bar`.
+__device__ __forceinline__ void tma_load(void* to, const CUtensorMap* map, int k, int row, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
           "r"(smem_address(to)),
-      "l"(map), "r"(k), "r"(0), "r"(smem_address(bar))
+      "l"(map), "r"(k), "r"(row), "r"(smem_address(bar))
       : "memory");
 }
 // The box of `map` at (column col, row row) from `from`, in this thread's bulk group.
@@ -207,12 +227,13 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   unsigned char* const smem = smem_raw + ((kAtom - static_cast<int>(smem_address(smem_raw) % kAtom)) % kAtom);
   unsigned char* const act = smem;  // the row block's activations: a layer's input, then its output
   unsigned char* const ring = smem + kRows * p.act_width * 2;
-  uint64_t* const full = reinterpret_cast<uint64_t*>(ring + kStages * kStageBytes);
-  uint64_t* const empty = full + kStages;
+  const int stages = p.stages;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(ring + stages * kStageBytes);
+  uint64_t* const empty = full + stages;
   const int tid = threadIdx.x;
   const int64_t my_blocks = p.blocks > blockIdx.x ? (p.blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   if (tid == 0) {
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < stages; ++i) {
       mbarrier_init(&full[i], 1);                          // the producer's arrival, with the bytes
       mbarrier_init(&empty[i], kConsumerThreads / 32);  // each consumer warp's
     }
@@ -222,24 +243,21 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   if (my_blocks == 0) {
     return;
   }
-  int per_block = 0;
-  for (int l = 0; l < p.count; ++l) {
-    per_block += p.slices[l];
-  }
 
   if (tid >= kConsumerThreads) {  // the producer warpgroup: one thread issues every slice's TMA
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (tid == kConsumerThreads) {
-      const int64_t jobs = my_blocks * per_block;
-      int layer = 0, slice = 0;
-      for (int64_t job = 0; job < jobs; ++job) {
-        const int stage = int(job % kStages), parity = int((job / kStages) & 1);
-        mbarrier_wait(&empty[stage], parity ^ 1);  // the consumers are done with its last slice
-        mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
-        tma_load(ring + stage * kStageBytes, &p.weight_map[layer], slice * kSliceK, &full[stage]);
-        if (++slice == p.slices[layer]) {
-          slice = 0;
-          layer = layer + 1 == p.count ? 0 : layer + 1;
+      RingPosition at{};
+      for (int64_t b = 0; b < my_blocks; ++b) {
+        for (int l = 0; l < p.count; ++l) {
+          const int halves = (p.width[l + 1] + kTile - 1) / kTile;
+          for (int h = halves - 1; h >= 0; --h) {  // the consumers' order: the upper half first
+            for (int s = 0; s < p.slices[l]; ++s, at.advance(stages)) {
+              mbarrier_wait(&empty[at.stage], at.parity ^ 1);  // the consumers are done with its last slice
+              mbarrier_arrive_expect_tx(&full[at.stage], kStageBytes);
+              tma_load(ring + at.stage * kStageBytes, &p.weight_map[l], s * kSliceK, h * kTile, &full[at.stage]);
+            }
+          }
         }
       }
     }
@@ -251,13 +269,28 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
   const T* const x = static_cast<const T*>(p.x);
   // The group's rows of block `row0` into `to` (zeros past the last row, and up to the next
-  // multiple of kSliceK columns), as one commit group.
+  // multiple of kSliceK columns), as one commit group. Rows that are not a whole number of 16 bytes
+  // (DLRM's 13 features) are read element by element.
   auto load_input = [&](unsigned char* to, int64_t row0) {
     const int k0 = p.width[0], chunks = (k0 + kSliceK - 1) / kSliceK * (kSliceK / 8);
+    const bool ragged = k0 % 8 != 0;
     for (int c = gtid; c < 64 * chunks; c += 128) {
       const int r = group * 64 + c / chunks, col = (c % chunks) * 8;
-      const bool in_range = row0 + r < p.rows && col < k0;
-      cp_async16(to + swizzled_offset(kRows, r, col), in_range ? x + (row0 + r) * k0 + col : x, in_range);
+      const bool row_in = row0 + r < p.rows;
+      if (!ragged) {
+        const bool in_range = row_in && col < k0;
+        cp_async16(to + swizzled_offset(kRows, r, col), in_range ? x + (row0 + r) * k0 + col : x, in_range);
+        continue;
+      }
+      const uint16_t* const from = reinterpret_cast<const uint16_t*>(x) + (row0 + r) * k0;
+      uint32_t words[4];
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        const uint32_t lo = row_in && col + e < k0 ? from[col + e] : 0u;
+        const uint32_t hi = row_in && col + e + 1 < k0 ? from[col + e + 1] : 0u;
+        words[e / 2] = lo | hi << 16;
+      }
+      *reinterpret_cast<uint4*>(to + swizzled_offset(kRows, r, col)) = make_uint4(words[0], words[1], words[2], words[3]);
     }
     cp_async_commit();
   };
@@ -272,15 +305,20 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   for (int i = 0; i < 128; ++i) {
     acc[i] = 0.f;
   }
-  int64_t job = 0;
-  // A turn a layer of a block: group 0 takes the first; group 1 passes every turn on but its last,
-  // whose arrival nobody would wait for.
-  const int64_t turns = my_blocks * p.count;
+  RingPosition at{};
+  int used = 0;  // the stage of the slice before `at`
+  // With turns, a turn a half of a layer of a block: group 0 takes the first; group 1 passes every
+  // turn on but its last, whose arrival nobody would wait for.
+  int64_t turns = 0;
+  for (int l = 0; l < p.count; ++l) {
+    turns += (p.width[l + 1] + kTile - 1) / kTile;
+  }
+  turns *= my_blocks;
   int64_t turn = 0;
   for (int64_t b = 0; b < my_blocks; ++b) {
     const int64_t row0 = (int64_t(blockIdx.x) + b * gridDim.x) * kRows;
     for (int l = 0; l < p.count; ++l) {
-      const int N = p.width[l + 1], slices = p.slices[l];
+      const int N = p.width[l + 1], slices = p.slices[l], halves = (N + kTile - 1) / kTile;
       const bool last = l + 1 == p.count, kept = (p.kept_mask >> l) & 1u;
       // This group's input rows (copies, or the last epilogue's stores: a kept layer's epilogue made
       // them visible already) are in, for the async proxy too.
@@ -291,96 +329,105 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         fence_proxy_async();
         group_barrier(group);
       }
-      // The bias, read while the MMAs run: lane L holds columns 64 m + 2 L and the next, so the pair a
-      // thread adds after chunk j is word j / 8 of lane 4 (j % 8) + L % 4 (one shuffle, no waits).
-      uint32_t bias_pairs[kMaxWidth / 64];
+      // The upper half first: its outputs land past the input's (at most kTile) columns, which the
+      // lower half still reads.
+      for (int h = halves - 1; h >= 0; --h) {
+        const int n = min(N - h * kTile, kTile);  // this half's outputs, columns h kTile on
+        // The bias, read while the MMAs run: lane L holds columns 64 m + 2 L and the next, so the pair
+        // a thread adds after chunk j is word j / 8 of lane 4 (j % 8) + L % 4 (one shuffle, no waits).
+        uint32_t bias_pairs[kTile / 64];
 #pragma unroll
-      for (int m = 0; m < kMaxWidth / 64; ++m) {
-        const int col = 64 * m + 2 * lane;
-        const uint16_t* const bias = static_cast<const uint16_t*>(p.bias[l]);
-        if (bias == nullptr || col >= N) {
-          bias_pairs[m] = 0u;
-        } else if ((p.bias_aligned_mask >> l) & 1u) {
-          bias_pairs[m] = __ldg(reinterpret_cast<const uint32_t*>(bias + col));
-        } else {
-          bias_pairs[m] = uint32_t(__ldg(bias + col)) | uint32_t(__ldg(bias + col + 1)) << 16;
+        for (int m = 0; m < kTile / 64; ++m) {
+          const int col = h * kTile + 64 * m + 2 * lane;
+          const uint16_t* const bias = static_cast<const uint16_t*>(p.bias[l]);
+          if (bias == nullptr || col >= N) {
+            bias_pairs[m] = 0u;
+          } else if ((p.bias_aligned_mask >> l) & 1u) {
+            bias_pairs[m] = __ldg(reinterpret_cast<const uint32_t*>(bias + col));
+          } else {
+            bias_pairs[m] = uint32_t(__ldg(bias + col)) | uint32_t(__ldg(bias + col + 1)) << 16;
+          }
         }
-      }
-      if (group == 1 || turn > 0) {
-        wait_turn(group);
-      }
-      for (int s = 0; s < slices; ++s, ++job) {
-        const int stage = int(job % kStages);
-        mbarrier_wait(&full[stage], int((job / kStages) & 1));
-        const unsigned char* const a_rows = act + s * (kRows * 128) + group * 64 * 128;  // panel s, the group's rows
-        const unsigned char* const b_rows = ring + stage * kStageBytes;
-        wgmma_fence();
+        if (p.turns && (group == 1 || turn > 0)) {
+          wait_turn(group);
+        }
+        for (int s = 0; s < slices; ++s) {
+          mbarrier_wait(&full[at.stage], at.parity);
+          const unsigned char* const a_rows = act + s * (kRows * 128) + group * 64 * 128;  // panel s, the group's rows
+          const unsigned char* const b_rows = ring + at.stage * kStageBytes;
+          wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kSliceK; kk += 16) {
-          wgmma_m64n256k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
+          for (int kk = 0; kk < kSliceK; kk += 16) {
+            // Past the input's width both operands hold zeros. No branch around a k16 step: ptxas
+            // serializes every wgmma of a kernel that has one (C7520), 1.8x slower.
+            wgmma_m64n256k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
+          }
+          wgmma_commit();
+          // The previous slice's MMAs are done (this one's may run on): its stage is free.
+          wgmma_wait<1>();
+          __syncwarp();
+          if (lane == 0 && s > 0) {
+            mbarrier_arrive(&empty[used]);
+          }
+          used = at.stage;
+          at.advance(stages);
         }
-        wgmma_commit();
-        // The previous slice's MMAs are done (this one's may run on): its stage is free.
-        wgmma_wait<1>();
+        // Issued: the other group's MMAs may queue behind these.
+        if (p.turns && (group == 0 || turn + 1 < turns)) {
+          pass_turn(group);
+        }
+        ++turn;
+        wgmma_wait<0>();
         __syncwarp();
-        if (lane == 0 && s > 0) {
-          mbarrier_arrive(&empty[int((job - 1) % kStages)]);
+        if (lane == 0) {
+          mbarrier_arrive(&empty[used]);
         }
-      }
-      // Issued: the other group's MMAs may queue behind these.
-      if (group == 0 || turn + 1 < turns) {
-        pass_turn(group);
-      }
-      ++turn;
-      wgmma_wait<0>();
-      __syncwarp();
-      if (lane == 0) {
-        mbarrier_arrive(&empty[int((job - 1) % kStages)]);
-      }
-      // The output replaces the input (this group's rows only, which only its own MMAs, all done,
-      // read). Whatever this epilogue overwrites, the stores to global memory have finished reading.
-      if (gtid == 0) {
-        bulk_wait_read<0>();
-      }
-      group_barrier(group);
-      // Rounded once after the bias, then the ReLU (NaN kept, as torch.relu keeps it), into `act`'s
-      // swizzled rows; zeros up to the last k-slice's end where the next layer reads them. One
-      // instance per (ReLU, full width), so that the loop has no branch.
-      const int padded = last ? N : (N + kSliceK - 1) / kSliceK * kSliceK;
-      auto store_outputs = [&](auto relu, auto full_width) {
+        // The output replaces the input (this group's rows only, which only its own MMAs, all done,
+        // read). Whatever this epilogue overwrites, the stores to global memory have finished reading.
+        if (gtid == 0) {
+          bulk_wait_read<0>();
+        }
+        group_barrier(group);
+        // Rounded once after the bias, then the ReLU (NaN kept, as torch.relu keeps it), into `act`'s
+        // swizzled rows, panels 4 h on; zeros up to the last k-slice's end where the next layer reads
+        // them. One instance per (ReLU, full tile), so that the loop has no branch.
+        const int padded = last ? n : min((N + kSliceK - 1) / kSliceK * kSliceK - h * kTile, kTile);
+        unsigned char* const to = act + h * (kTile / kSliceK) * (kRows * 128);
+        auto store_outputs = [&](auto relu, auto full_tile) {
 #pragma unroll
-        for (int j = 0; j < kMaxWidth / 8; j += 2) {
-          // N is a multiple of 32: a pair of chunks is all in or all out.
-          if (!decltype(full_width)::value && 8 * j >= padded) {
-            break;
-          }
-          uint32_t tiles[4];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int c = j + h;
-            const float2 bias = unpack2(__shfl_sync(~0u, bias_pairs[c / 8], 4 * (c % 8) + lane % 4), T());
-            const float x0 = acc[4 * c] + bias.x, x1 = acc[4 * c + 1] + bias.y;
-            const float y0 = acc[4 * c + 2] + bias.x, y1 = acc[4 * c + 3] + bias.y;
-            if constexpr (decltype(relu)::value) {
-              tiles[2 * h] = pack2_relu(x0, x1, T());
-              tiles[2 * h + 1] = pack2_relu(y0, y1, T());
-            } else {
-              tiles[2 * h] = pack2(x0, x1, T());
-              tiles[2 * h + 1] = pack2(y0, y1, T());
+          for (int j = 0; j < kTile / 8; j += 2) {
+            // n is a multiple of 32: a pair of chunks is all in or all out.
+            if (!decltype(full_tile)::value && 8 * j >= padded) {
+              break;
             }
+            uint32_t tiles[4];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int c = j + i;
+              const float2 bias = unpack2(__shfl_sync(~0u, bias_pairs[c / 8], 4 * (c % 8) + lane % 4), T());
+              const float x0 = acc[4 * c] + bias.x, x1 = acc[4 * c + 1] + bias.y;
+              const float y0 = acc[4 * c + 2] + bias.x, y1 = acc[4 * c + 3] + bias.y;
+              if constexpr (decltype(relu)::value) {
+                tiles[2 * i] = pack2_relu(x0, x1, T());
+                tiles[2 * i + 1] = pack2_relu(y0, y1, T());
+              } else {
+                tiles[2 * i] = pack2(x0, x1, T());
+                tiles[2 * i + 1] = pack2(y0, y1, T());
+              }
+            }
+            if (!decltype(full_tile)::value && 8 * j >= n) {
+              tiles[0] = tiles[1] = tiles[2] = tiles[3] = 0u;
+            }
+            stmatrix_x4(to + stsm_row + (j / 8) * (kRows * 128) + ((((j % 8) + stsm_chunk) ^ stsm_swizzle) << 4), tiles);
           }
-          if (!decltype(full_width)::value && 8 * j >= N) {
-            tiles[0] = tiles[1] = tiles[2] = tiles[3] = 0u;
-          }
-          stmatrix_x4(act + stsm_row + (j / 8) * (kRows * 128) + ((((j % 8) + stsm_chunk) ^ stsm_swizzle) << 4), tiles);
+        };
+        using yes = std::true_type;
+        using no = std::false_type;
+        if ((p.relu_mask >> l) & 1u) {
+          n == kTile ? store_outputs(yes(), yes()) : store_outputs(yes(), no());
+        } else {
+          n == kTile ? store_outputs(no(), yes()) : store_outputs(no(), no());
         }
-      };
-      using yes = std::true_type;
-      using no = std::false_type;
-      if ((p.relu_mask >> l) & 1u) {
-        N == kMaxWidth ? store_outputs(yes(), yes()) : store_outputs(yes(), no());
-      } else {
-        N == kMaxWidth ? store_outputs(no(), yes()) : store_outputs(no(), no());
       }
       if (kept) {  // to global memory by TMA, one 64-column box at a time (rows past the end dropped)
         fence_proxy_async();
@@ -519,21 +566,29 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   }
   Params p{};
   p.count = count;
-  int widest = 0;
+  int widest = 0, most_slices = 0;
   for (int l = 0; l <= count; ++l) {
     const int64_t w = l == 0 ? x2d.size(1) : weights[l - 1].size(0);
-    if (w == 0 || w > kMaxWidth || w % (l == 0 ? 16 : 32) != 0) {
+    // A layer wider than one tile reads at most one tile's columns: its upper half's outputs go past them.
+    if (w == 0 || w > kMaxWidth || (l > 0 && (w % 32 != 0 || (w > kTile && p.width[l - 1] > kTile)))) {
       return std::nullopt;
     }
     p.width[l] = static_cast<int>(w);
     widest = std::max(widest, p.width[l]);
   }
+  // TMA reads rows that start 16 bytes apart: a ragged input width's weight gets zero columns up to
+  // the next multiple of 8, which multiply the zeros the kernel puts past the input's columns.
+  at::Tensor first_weight = weights[0];
+  if (p.width[0] % 8 != 0 && first_weight.scalar_type() == dtype && first_weight.is_contiguous()) {
+    first_weight = at::constant_pad_nd(first_weight, {0, (p.width[0] + 7) / 8 * 8 - p.width[0]});
+  }
   for (int l = 0; l < count; ++l) {
     if (weights[l].scalar_type() != dtype || !dense(weights[l]) || weights[l].size(1) != p.width[l] ||
-        !tensor_map(p.weight_map[l], weights[l], kMaxWidth)) {
+        !tensor_map(p.weight_map[l], l == 0 ? first_weight : weights[l], kTile)) {
       return std::nullopt;
     }
     p.slices[l] = (p.width[l] + kSliceK - 1) / kSliceK;
+    most_slices = std::max(most_slices, p.slices[l]);
     const std::optional<at::Tensor> b = biases.get(l);
     if (b.has_value() && b->defined()) {
       if (b->scalar_type() != dtype || !b->is_contiguous()) {
@@ -549,13 +604,16 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
     }
   }
   p.act_width = (widest + kSliceK - 1) / kSliceK * kSliceK;
-  const size_t smem_bytes =
-      size_t(kRows) * p.act_width * 2 + size_t(kStages) * (kStageBytes + 2 * sizeof(uint64_t)) + kAtom;
+  const size_t act_bytes = size_t(kRows) * p.act_width * 2, stage_bytes = kStageBytes + 2 * sizeof(uint64_t);
+  const size_t room = props.sharedMemPerBlockOptin > act_bytes + kAtom ? props.sharedMemPerBlockOptin - act_bytes - kAtom : 0;
+  p.stages = static_cast<int>(std::min<size_t>(kMaxStages, room / stage_bytes));
+  p.turns = p.stages >= most_slices + 1;
+  const size_t smem_bytes = act_bytes + size_t(p.stages) * stage_bytes + kAtom;
   const c10::cuda::CUDAGuard device_guard(x2d.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
   // TMA coordinates are 32-bit: a row block's first row must fit.
-  if (x2d.size(0) > std::numeric_limits<int32_t>::max() - kRows || smem_bytes > props.sharedMemPerBlockOptin ||
-      !has_wgmma(device, stream)) {
+  if (x2d.size(0) > std::numeric_limits<int32_t>::max() - kRows || p.stages < 2 ||
+      smem_bytes > props.sharedMemPerBlockOptin || !has_wgmma(device, stream)) {
     return std::nullopt;
   }
   // Covered: the outputs now (the caching allocator's blocks are 16-byte aligned).
