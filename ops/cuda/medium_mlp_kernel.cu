@@ -217,28 +217,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
   }
 }
 #undef HYPATIA_WGMMA_M64N256K16
-// The same for B: 64 x 16 (the first 64 rows of the stage), into d[0..31] in the same layout.
-#define HYPATIA_WGMMA_M64N64K16(AB) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __half>) {
-    HYPATIA_WGMMA_M64N64K16("f16");
-  } else {
-    HYPATIA_WGMMA_M64N64K16("bf16");
-  }
-}
-#undef HYPATIA_WGMMA_M64N64K16
 #endif
 
 template <typename T>
@@ -378,20 +356,11 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           const unsigned char* const a_rows = act + s * (kRows * 128) + group * 64 * 128;  // panel s, the group's rows
           const unsigned char* const b_rows = ring + at.stage * kStageBytes;
           wgmma_fence();
-          // Past the input's width both operands hold zeros. No branch around a single k16 step:
-          // ptxas serializes every wgmma of a kernel that has one (C7520), 1.8x slower; a choice
-          // between whole slices' steps does not. Outputs of at most 64 (DLRM's 256->64) take the
-          // 64-wide tile, a quarter of the MMAs.
-          if (n <= 64) {
 #pragma unroll
-            for (int kk = 0; kk < kSliceK; kk += 16) {
-              wgmma_m64n64k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
-            }
-          } else {
-#pragma unroll
-            for (int kk = 0; kk < kSliceK; kk += 16) {
-              wgmma_m64n256k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
-            }
+          for (int kk = 0; kk < kSliceK; kk += 16) {
+            // Past the input's width both operands hold zeros. No branch around a k16 step: ptxas
+            // serializes every wgmma of a kernel that has one (C7520), 1.8x slower.
+            wgmma_m64n256k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
           }
           wgmma_commit();
           // The previous slice's MMAs are done (this one's may run on): its stage is free.
