@@ -1,7 +1,7 @@
 // CUDA entry points: the same drivers as on CPU, with a device guard so that tensors on a
 // non-default GPU run there (and on that GPU's current stream). fused_mlp, its training forward
 // and its backward first try the one-kernel narrow MLP (ops/cuda/narrow_mlp_kernel.cu); the
-// forwards then the medium one (ops/cuda/medium_mlp_kernel.cu, H100, widths up to 256).
+// forwards then the medium one (ops/cuda/medium_mlp_kernel.cu, H100, widths up to 512).
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"

@@ -71,7 +71,7 @@ struct Params {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // A slice's place in the ring, stepped by counting: the stage count is a launch parameter, and a
-// 64-bit division by it per slice (a called subroutine) cost the 256-wide shapes 20%.
+// 64-bit division by it per slice (a called subroutine) cost the 256-wide shapes 17-22%.
 struct RingPosition {
   int stage, parity;  // parity: of the stage's phase this pass round the ring
   __device__ __forceinline__ void advance(int stages) {
