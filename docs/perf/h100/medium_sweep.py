@@ -1,7 +1,8 @@
 """fused_mlp on CUDA for widths up to 256, over row counts and dtypes, for this process's
 HYPATIA_MEDIUM_MLP setting (0: the per-layer path, 1: the one-kernel medium forward): forward
 without grad, and forward + backward. Medians of 7 bursts of back-to-back calls. Prints one line
-per case: mode dtype widths rows fwd_us fwdbwd_us. Arguments, if any: the shapes to run (e.g. 256-256-256)."""
+per case: mode dtype widths rows fwd_us fwdbwd_us. Arguments, if any: the shapes to run instead of
+SHAPES (e.g. 256-256-256 13-512-256-64)."""
 import os, sys, torch
 sys.path.insert(0, "python")
 import hypatia_ops  # noqa: F401
@@ -28,7 +29,7 @@ def timed(f, calls):
 
 mode = os.environ.get("HYPATIA_MEDIUM_MLP", "unset")
 for dtype in (torch.bfloat16, torch.float16):
-    for widths in [w for w in SHAPES if not sys.argv[1:] or "-".join(map(str, w)) in sys.argv[1:]]:
+    for widths in [[int(w) for w in arg.split("-")] for arg in sys.argv[1:]] or SHAPES:
         for m in ROWS:
             g = torch.Generator(device="cuda").manual_seed(0)
             x = torch.randn(m, widths[0], device="cuda", dtype=dtype, generator=g)
