@@ -464,9 +464,10 @@ __global__ void has_wgmma_kernel(int* result) {
 }
 
 // HYPATIA_MEDIUM_MLP: "0" never, any other value wherever the kernel applies, unset (or empty) where
-// it measured faster than the per-layer path on the H100 (docs/perf/experiments.md, "The medium
-// forward on TMA"): three layers or more at any row count; two up to three row blocks an SM (past
-// that cuBLASLt's two GEMMs are as fast); never one layer. Read once.
+// it measured faster than the per-layer path on the H100 and H200 (docs/perf/experiments.md, "The
+// medium forward on TMA", "Medium forward up to 512 wide"): three layers or more at any row count,
+// unless the input is wider than one tile; two layers, or an input that wide, up to three row blocks
+// an SM (past that cuBLASLt's GEMMs are as fast or faster); never one layer. Read once.
 EnvSwitch medium_policy() {
   static const EnvSwitch policy = env_switch("HYPATIA_MEDIUM_MLP");
   return policy;
@@ -558,8 +559,8 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   const int device = x2d.get_device();
   const cudaDeviceProp& props = *at::cuda::getDeviceProperties(device);
   const EnvSwitch policy = medium_policy();
-  const bool measured_faster =
-      count >= 3 || (count == 2 && (x2d.size(0) + kRows - 1) / kRows <= 3 * props.multiProcessorCount);
+  const bool few_blocks = (x2d.size(0) + kRows - 1) / kRows <= 3 * props.multiProcessorCount;
+  const bool measured_faster = count >= 2 && (few_blocks || (count >= 3 && x2d.size(1) <= kTile));
   if (policy == EnvSwitch::kOff || (policy == EnvSwitch::kChosen && !measured_faster) || count > kMaxLayers ||
       (dtype != at::kHalf && dtype != at::kBFloat16) || !dense(x2d) || props.major != 9) {
     return std::nullopt;

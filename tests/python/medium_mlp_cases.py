@@ -125,13 +125,16 @@ def training(dtype):
 
 def policy(dtype):
     """Without HYPATIA_MEDIUM_MLP the kernel runs where it measured faster than the per-layer path:
-    three layers or more; two up to three row blocks of 128 an SM; never one layer. Elsewhere, and on
-    GPUs other than the H100 family, the per-layer path runs, with the same results."""
+    three layers or more, unless the input is wider than 256; two layers, or an input that wide, up to
+    three row blocks of 128 an SM; never one layer. Elsewhere, and on GPUs other than the H100 family,
+    the per-layer path runs, with the same results."""
     torch.manual_seed(10)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     hopper = torch.cuda.get_device_capability(0)[0] == 9
     cases = [(300, [256] * 4, True), (300, [16, 256, 256, 64], True), (300, [256] * 3, True),
-             (128 * 3 * sms, [256] * 3, True), (128 * 3 * sms + 1, [256] * 3, False), (300, [256, 256], False)]
+             (128 * 3 * sms, [256] * 3, True), (128 * 3 * sms + 1, [256] * 3, False), (300, [256, 256], False),
+             (128 * 3 * sms, [512, 256, 256, 256], True), (128 * 3 * sms + 1, [512, 256, 256, 256], False),
+             (128 * 3 * sms + 1, [13, 512, 256, 64], True), (128 * 3 * sms + 1, [256, 512, 256, 64], True)]
     for rows, widths, expected in cases:
         x = torch.randn(rows, widths[0], dtype=torch.float64).to(dtype).cuda()
         ws, bs = make_mlp(widths, dtype, device="cuda")
