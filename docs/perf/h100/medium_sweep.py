@@ -1,8 +1,8 @@
-"""fused_mlp on CUDA for widths up to 256, over row counts and dtypes, for this process's
-HYPATIA_MEDIUM_MLP setting (0: the per-layer path, 1: the one-kernel medium forward): forward
-without grad, and forward + backward. Medians of 7 bursts of back-to-back calls. Prints one line
-per case: mode dtype widths rows fwd_us fwdbwd_us. Arguments, if any: the shapes to run instead of
-SHAPES (e.g. 256-256-256 13-512-256-64)."""
+"""fused_mlp on CUDA for the medium forward's widths (up to 512), over row counts and dtypes, for
+this process's HYPATIA_MEDIUM_MLP setting (0: the per-layer path, 1: the one-kernel medium
+forward): forward without grad, and forward + backward. Medians of 7 bursts of back-to-back
+calls. Prints one line per case: mode dtype widths rows fwd_us fwdbwd_us. Arguments, if any: the
+shapes to run instead of SHAPES (e.g. 256-256-256 13-512-256-64)."""
 import os, sys, torch
 sys.path.insert(0, "python")
 import hypatia_ops  # noqa: F401
