@@ -768,26 +768,6 @@ at::Tensor input_grad_cuda(const at::Tensor& grad2d, const at::Tensor& w) {
   return grad_input;
 }
 
-// grad_weight [N, K] = g[M, N].T @ h[M, K], g and h dense, by the tuned GEMM (ATen's among the
-// contenders).
-void weight_grad_into(const at::Tensor& g, const at::Tensor& h, at::Tensor& grad_weight) {
-  const int64_t M = g.size(0), N = g.size(1), K = h.size(1);
-  auto aten = [&] { at::mm_out(grad_weight, g.t(), h); };
-  if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
-    aten();
-    return;
-  }
-  // Row-major grad_weight[N,K] = g[M,N].T @ h[M,K] is, column-major, D[K x N] = A B^T with A = h
-  // read as K x M and B = g read as N x M.
-  const LtPlan plan(
-      LtMatmul{CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, h.data_ptr(), K, g.data_ptr(), N, grad_weight.data_ptr(), K,
-               CUBLASLT_EPILOGUE_DEFAULT},
-      g.scalar_type(), g.get_device());
-  if (!run_fastest(plan, aten, any_algorithm)) {
-    aten();
-  }
-}
-
 std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
   const int64_t k = h2d.size(1), padded = aligned_k(k, h2d);
   if (padded != k && grad2d.numel() > 0 && k > 0) {  // grad_weight's columns too: computed padded, then cut
@@ -798,27 +778,26 @@ std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, co
   const int64_t M = g.size(0), N = g.size(1), K = h.size(1);
   at::Tensor grad_weight = at::empty({N, K}, g.options());
   at::Tensor grad_bias = bias_grad ? at::empty({N}, g.options()) : at::Tensor();
-  // The unfused way: the tuned GEMM, then the library's column sums. cuBLASLt's BGRADB epilogue may
-  // sum in a kernel of its own that reads a tall gradient at a fraction of the copy rate (36 us for
-  // dlrm-bottom's 65536 x 64 on the H200, docs/perf/experiments.md), so it has to win the timing.
-  auto unfused = [&] {
-    weight_grad_into(g, h, grad_weight);
+  auto aten = [&] {
+    at::mm_out(grad_weight, g.t(), h);
     if (bias_grad) {
       column_sums_cuda(g, grad_bias);
     }
   };
-  if (!bias_grad || M == 0 || N == 0 || K == 0) {  // (cuBLASLt needs a nonempty problem)
-    unfused();
+  if (M == 0 || N == 0 || K == 0) {  // cuBLASLt needs a nonempty problem
+    aten();
     return {grad_weight, grad_bias};
   }
-  // As weight_grad_into, with BGRADB summing B over the dot products' dimension (M), one per column
-  // of D: grad_bias[N].
+  // Row-major grad_weight[N,K] = g[M,N].T @ h[M,K] is, column-major, D[K x N] = A B^T with A = h
+  // read as K x M and B = g read as N x M; BGRADB sums B over the dot products' dimension (M),
+  // one per column of D: grad_bias[N].
   const LtPlan plan(
       LtMatmul{CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, h.data_ptr(), K, g.data_ptr(), N, grad_weight.data_ptr(), K,
-               CUBLASLT_EPILOGUE_BGRADB, grad_bias.data_ptr()},
+               bias_grad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT,
+               bias_grad ? grad_bias.data_ptr() : nullptr},
       g.scalar_type(), g.get_device());
-  if (!run_fastest(plan, unfused, any_algorithm)) {
-    unfused();
+  if (!run_fastest(plan, aten, any_algorithm)) {
+    aten();
   }
   return {grad_weight, grad_bias};
 }
