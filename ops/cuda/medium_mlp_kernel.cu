@@ -81,6 +81,11 @@ struct RingPosition {
   }
 };
 
+// The m64n256 tiles of a layer of `width` outputs: its halves, the upper one run first.
+__device__ __forceinline__ int tiles(int width) {
+  return (width + kTile - 1) / kTile;
+}
+
 // Registers a thread, set by setmaxnreg: the producer gives up what the consumers' 128 accumulators
 // need (128 x 40 + 256 x 232 <= 65536; the launch gets 65536 / 384, 168).
 constexpr int kProducerRegisters = 40;
@@ -249,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
       RingPosition at{};
       for (int64_t b = 0; b < my_blocks; ++b) {
         for (int l = 0; l < p.count; ++l) {
-          const int halves = (p.width[l + 1] + kTile - 1) / kTile;
+          const int halves = tiles(p.width[l + 1]);
           for (int h = halves - 1; h >= 0; --h) {  // the consumers' order: the upper half first
             for (int s = 0; s < p.slices[l]; ++s, at.advance(stages)) {
               mbarrier_wait(&empty[at.stage], at.parity ^ 1);  // the consumers are done with its last slice
@@ -310,14 +315,14 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   // turn on but its last, whose arrival nobody would wait for.
   int64_t turns = 0;
   for (int l = 0; l < p.count; ++l) {
-    turns += (p.width[l + 1] + kTile - 1) / kTile;
+    turns += tiles(p.width[l + 1]);
   }
   turns *= my_blocks;
   int64_t turn = 0;
   for (int64_t b = 0; b < my_blocks; ++b) {
     const int64_t row0 = (int64_t(blockIdx.x) + b * gridDim.x) * kRows;
     for (int l = 0; l < p.count; ++l) {
-      const int N = p.width[l + 1], slices = p.slices[l], halves = (N + kTile - 1) / kTile;
+      const int N = p.width[l + 1], slices = p.slices[l], halves = tiles(N);
       const bool last = l + 1 == p.count, kept = (p.kept_mask >> l) & 1u;
       // This group's input rows (copies, or the last epilogue's stores: a kept layer's epilogue made
       // them visible already) are in, for the async proxy too.
