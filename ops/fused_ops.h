@@ -182,6 +182,9 @@ at::Tensor relu_mask_backward_cuda(const at::Tensor& grad, const at::Tensor& mas
 void relu_backward_cuda_(at::Tensor& grad2d, const at::Tensor& relu_out2d, at::Tensor& sums);
 // sums [K] = m2d [M, K] summed over its rows, as relu_backward_cuda_ sums.
 void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums);
+// t [M, K] (CUDA) as a dense [M, cols]: its first cols columns, zeros past K
+// (ops/cuda/columns_kernel.cu).
+at::Tensor resize_columns_cuda(const at::Tensor& t, int64_t cols);
 std::vector<at::Tensor> fused_linear_relu_backward_cuda(
     const at::Tensor& grad_out,
     const at::Tensor& input,

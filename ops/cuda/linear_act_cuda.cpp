@@ -25,7 +25,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <ATen/ops/addmm.h>
-#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full_like.h>
@@ -721,7 +720,7 @@ int64_t aligned_k(int64_t k, const at::Tensor& t) {
 
 // t [rows, k0] with k - k0 zero columns appended (t itself, made dense, where k0 == k).
 at::Tensor pad_k(const at::Tensor& t, int64_t k) {
-  return k == t.size(1) ? t.contiguous() : at::constant_pad_nd(t, {0, k - t.size(1)});
+  return k == t.size(1) ? t.contiguous() : resize_columns_cuda(t, k);
 }
 
 }  // namespace
@@ -746,7 +745,7 @@ namespace {
 at::Tensor input_grad_cuda(const at::Tensor& grad2d, const at::Tensor& w) {
   const int64_t k = w.size(1), padded = aligned_k(k, w);
   if (padded != k && grad2d.numel() > 0 && k > 0) {  // grad_input's columns too: computed padded, then cut
-    return input_grad_cuda(grad2d, pad_k(w, padded)).narrow(1, 0, k).contiguous();
+    return resize_columns_cuda(input_grad_cuda(grad2d, pad_k(w, padded)), k);
   }
   const at::Tensor g = grad2d.contiguous(), wc = w.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = wc.size(1);
@@ -772,7 +771,7 @@ std::pair<at::Tensor, at::Tensor> weight_grads_cuda(const at::Tensor& grad2d, co
   const int64_t k = h2d.size(1), padded = aligned_k(k, h2d);
   if (padded != k && grad2d.numel() > 0 && k > 0) {  // grad_weight's columns too: computed padded, then cut
     auto [grad_weight, grad_bias] = weight_grads_cuda(grad2d, pad_k(h2d, padded), bias_grad);
-    return {grad_weight.narrow(1, 0, k).contiguous(), grad_bias};
+    return {resize_columns_cuda(grad_weight, k), grad_bias};
   }
   const at::Tensor g = grad2d.contiguous(), h = h2d.contiguous();
   const int64_t M = g.size(0), N = g.size(1), K = h.size(1);

@@ -459,31 +459,6 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
 #endif
 }
 
-// to [rows, padded] = from [rows, cols] with zero columns appended (16-bit elements; a weight, so
-// int indices: at most kMaxWidth x kMaxWidth).
-__global__ void pad_columns_kernel(const uint16_t* from, uint16_t* to, int rows, int cols, int padded) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < rows * padded; i += gridDim.x * blockDim.x) {
-    const int r = i / padded, c = i % padded;
-    to[i] = c < cols ? from[r * cols + c] : uint16_t(0);
-  }
-}
-
-// A weight w [rows, cols] (dense, 16-bit, at most kMaxWidth x kMaxWidth) with zero columns up to
-// `padded`, in one launch: constant_pad_nd (an empty, a fill, a slice and a copy) took 19.6 us of
-// host time for dlrm-bottom's 512 x 13 weight on the H200, a third of its forward's
-// (docs/perf/h200/host_parts.py).
-at::Tensor pad_columns(const at::Tensor& w, int padded, cudaStream_t stream) {
-  at::Tensor out = at::empty({w.size(0), padded}, w.options());
-  const int rows = static_cast<int>(w.size(0)), elements = rows * padded;
-  if (elements > 0) {
-    pad_columns_kernel<<<(elements + 255) / 256, 256, 0, stream>>>(
-        static_cast<const uint16_t*>(w.data_ptr()), static_cast<uint16_t*>(out.data_ptr()), rows,
-        static_cast<int>(w.size(1)), padded);
-    check_cuda(cudaGetLastError(), "medium MLP", "pad kernel launch");
-  }
-  return out;
-}
-
 __global__ void has_wgmma_kernel(int* result) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   *result = 1;
@@ -653,7 +628,7 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   // TMA reads rows that start 16 bytes apart: a ragged input width's weight gets zero columns up to
   // the next multiple of 8, which multiply the zeros the kernel puts past the input's columns.
   const at::Tensor first_weight =
-      p.width[0] % 8 == 0 ? weights[0] : pad_columns(weights[0], (p.width[0] + 7) / 8 * 8, stream);
+      p.width[0] % 8 == 0 ? weights[0] : resize_columns_cuda(weights[0], (p.width[0] + 7) / 8 * 8);
   for (int l = 0; l < count; ++l) {
     if (!tensor_map(p.weight_map[l], l == 0 ? first_weight : weights[l], kTile)) {
       return std::nullopt;
