@@ -12,18 +12,25 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from profile_ops import host_us_per_call  # noqa: E402  (and the library, which profile_ops loads)
 
-SHAPES = {"dlrm-bottom": (13, 512, 256, 64), "mlp-256x4": (256,) * 5, "mlp-1024x2": (1024,) * 3}
+SHAPES = {"dlrm-bottom": (13, 512, 256, 64), "mlp-256x4": (256,) * 5, "mlp-1024x2": (1024,) * 3,
+          "mlp-512x4": (512,) * 5, "mlp-1024x3": (1024,) * 4}
 RELU_LAST = {"dlrm-bottom"}
 
 
-def row_calls(name):
-    widths, relu_last, rows = SHAPES[name], name in RELU_LAST, 64
-    dev, dt = "cuda", torch.bfloat16
+def make_row(name, rows=64):
+    """Row `name`'s leaves (input, weights, biases; bf16, all requiring grad), an upstream gradient
+    and whether ReLU follows the last layer."""
+    widths, dev, dt = SHAPES[name], "cuda", torch.bfloat16
     torch.manual_seed(0)
     x = torch.randn(rows, widths[0], device=dev, dtype=dt, requires_grad=True)
     ws = [(torch.randn(o, i, device=dev, dtype=dt) / i ** 0.5).requires_grad_() for i, o in zip(widths, widths[1:])]
     bs = [(torch.randn(o, device=dev, dtype=dt) * 0.1).requires_grad_() for o in widths[1:]]
     gout = torch.randn(rows, widths[-1], device=dev, dtype=dt)
+    return x, ws, bs, gout, name in RELU_LAST
+
+
+def row_calls(name):
+    x, ws, bs, gout, relu_last = make_row(name)
     leaves = [x] + ws + bs
     with torch.no_grad():
         outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)
@@ -42,7 +49,7 @@ def row_calls(name):
 
 
 def main():
-    names = sys.argv[1:] or list(SHAPES)
+    names = sys.argv[1:] or ["dlrm-bottom", "mlp-256x4", "mlp-1024x2"]
     w = torch.randn(512, 13, device="cuda", dtype=torch.bfloat16)
     g16 = torch.randn(64, 16, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)

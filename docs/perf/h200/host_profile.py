@@ -5,17 +5,12 @@ At 64 rows the GPU work is negligible, so every sample is host time. Prints the 
 Usage: host_profile.py ROW [ROWS] [SECONDS] [eager|hypatia]"""
 import sys
 import time
-from pathlib import Path
+from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python"))
-import hypatia_ops  # noqa: E402,F401  (loads the library)
-
-SHAPES = {"dlrm-bottom": (13, 512, 256, 64), "mlp-256x4": (256,) * 5, "mlp-512x4": (512,) * 5,
-          "mlp-1024x2": (1024,) * 3, "mlp-1024x3": (1024,) * 4}
-RELU_LAST = {"dlrm-bottom"}
+from host_parts import make_row  # (and the library, which it loads)
+from profile_ops import eager_forward  # noqa: E402  (host_parts put scripts/ on the path)
 
 
 def main():
@@ -23,27 +18,12 @@ def main():
     rows = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 5.0
     impl = sys.argv[4] if len(sys.argv) > 4 else "hypatia"
-    widths, relu_last = SHAPES[name], name in RELU_LAST
-    dev, dt = "cuda", torch.bfloat16
-    torch.manual_seed(0)
-    x = torch.randn(rows, widths[0], device=dev, dtype=dt, requires_grad=True)
-    ws = [(torch.randn(o, i, device=dev, dtype=dt) / i ** 0.5).requires_grad_() for i, o in zip(widths, widths[1:])]
-    bs = [(torch.randn(o, device=dev, dtype=dt) * 0.1).requires_grad_() for o in widths[1:]]
-    gout = torch.randn(rows, widths[-1], device=dev, dtype=dt)
+    x, ws, bs, gout, relu_last = make_row(name, rows)
     leaves = [x] + ws + bs
-
-    def hypatia():
-        return torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last)
-
-    def eager():
-        h = x
-        for i, (w, b) in enumerate(zip(ws, bs)):
-            h = F.linear(h, w, b)
-            if i + 1 < len(ws) or relu_last:
-                h = F.relu(h)
-        return h
-
-    fn = hypatia if impl == "hypatia" else eager
+    if impl == "hypatia":
+        fn = lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last)  # noqa: E731
+    else:
+        fn = eager_forward(SimpleNamespace(op="mlp", relu_last=relu_last), x, ws, bs)
     for _ in range(20):
         torch.autograd.grad(fn(), leaves, gout)
     torch.cuda.synchronize()
