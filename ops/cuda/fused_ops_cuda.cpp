@@ -1,10 +1,12 @@
 // CUDA entry points: the same drivers as on CPU, with a device guard so that tensors on a
-// non-default GPU run there (and on that GPU's current stream). fused_mlp, its training forward
+// non-default GPU run there (and on that GPU's current stream), and a CublasLtScope so that the
+// call's cuBLASLt GEMMs look up PyTorch's handle and workspace once. fused_mlp, its training forward
 // and its backward first try the one-kernel narrow MLP (ops/cuda/narrow_mlp_kernel.cu); the
 // forwards then the medium one (ops/cuda/medium_mlp_kernel.cu, H100, widths up to 512).
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"
+#include "ops/cuda/cublaslt_scope.h"
 #include "ops/cuda/kernel_launch.h"
 
 #include <ATen/ops/empty.h>
@@ -56,12 +58,14 @@ std::optional<std::vector<at::Tensor>> one_kernel_mlp_outputs(
 
 at::Tensor fused_linear_relu_cuda(const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
   const c10::cuda::CUDAGuard device_guard(input.device());
+  const CublasLtScope cublaslt_scope;
   return fused_linear_relu_with(linear_act_cuda_out, input, weight, bias);
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
     const at::Tensor& input, const at::Tensor& weight, const OptionalTensor& bias) {
   const c10::cuda::CUDAGuard device_guard(input.device());
+  const CublasLtScope cublaslt_scope;
   at::Tensor out = fused_linear_relu_with(linear_act_cuda_out, input, weight, bias);
   const int64_t rows = batch_rows(input), out_features = weight.size(0);
   at::Tensor bits = at::empty({rows, relu_mask_row_bytes(out_features).expect_int()}, input.options().dtype(at::kByte));
@@ -72,6 +76,7 @@ std::tuple<at::Tensor, at::Tensor> fused_linear_relu_masked_cuda(
 std::vector<at::Tensor> fused_mlp_forward_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   const c10::cuda::CUDAGuard device_guard(input.device());
+  const CublasLtScope cublaslt_scope;
   check_mlp_args("fused_mlp", input, weights, biases);
   if (auto outputs = one_kernel_mlp_outputs(input, weights, biases, relu_last, std::vector<bool>(weights.size(), true))) {
     return *outputs;
@@ -82,6 +87,7 @@ std::vector<at::Tensor> fused_mlp_forward_cuda(
 at::Tensor fused_mlp_cuda(
     const at::Tensor& input, at::TensorList weights, const OptionalTensorList& biases, bool relu_last) {
   const c10::cuda::CUDAGuard device_guard(input.device());
+  const CublasLtScope cublaslt_scope;
   check_mlp_args("fused_mlp", input, weights, biases);
   std::vector<bool> keep_last(weights.size(), false);
   keep_last.back() = true;
@@ -100,6 +106,7 @@ std::vector<at::Tensor> fused_linear_relu_backward_cuda(
     bool weight_grad,
     bool bias_grad) {
   const c10::cuda::CUDAGuard device_guard(input.device());
+  const CublasLtScope cublaslt_scope;
   return fused_linear_relu_backward_with(
       relu_mask_backward_cuda, cuda_gemms, grad_out, input, weight, relu_mask, input_grad, weight_grad,
       bias_grad);
@@ -109,6 +116,7 @@ std::vector<at::Tensor> fused_mlp_backward_cuda(
     at::Tensor grad_out, const at::Tensor& input, at::TensorList weights, std::vector<at::Tensor> saved_outputs,
     const c10::List<bool>& has_bias, bool relu_last, bool input_grad, bool params_grad) {
   const c10::cuda::CUDAGuard device_guard(input.device());
+  const CublasLtScope cublaslt_scope;
   check_mlp_backward_args("_fused_mlp_backward", grad_out, input, weights, saved_outputs, has_bias, relu_last);
   if (narrow_mlp_enabled()) {
     const at::Tensor grad_out2d = as_rows(grad_out).contiguous();

@@ -19,6 +19,7 @@
 #include "ops/fused_ops.h"
 
 #include "ops/checks.h"
+#include "ops/cuda/cublaslt_scope.h"
 #include "ops/cuda/kernel_launch.h"
 
 #include <ATen/Context.h>
@@ -52,6 +53,35 @@
 #include <vector>
 
 namespace hypatia::ops {
+
+namespace {
+thread_local CublasLtScope* innermost_lt_scope = nullptr;
+
+LtResources look_up_lt_resources() {
+  return {at::cuda::getCurrentCUDABlasLtHandle(), at::cuda::getCUDABlasLtWorkspace(),
+          at::cuda::getCUDABlasLtWorkspaceSize()};
+}
+}  // namespace
+
+CublasLtScope::CublasLtScope() : outer_(innermost_lt_scope) {
+  innermost_lt_scope = this;
+}
+
+CublasLtScope::~CublasLtScope() {
+  innermost_lt_scope = outer_;
+}
+
+LtResources CublasLtScope::resources() {
+  CublasLtScope* scope = innermost_lt_scope;
+  if (scope == nullptr) {
+    return look_up_lt_resources();
+  }
+  if (!scope->resources_) {
+    scope->resources_ = look_up_lt_resources();
+  }
+  return *scope->resources_;
+}
+
 namespace {
 
 #define HYPATIA_CUBLAS_CHECK(expr)                                                                 \
@@ -375,10 +405,10 @@ class LtPlan {
     const double alpha_d = 1.0, beta_d = 0.0;
     const void* alpha = is_double_ ? static_cast<const void*>(&alpha_d) : &alpha_f;
     const void* beta = is_double_ ? static_cast<const void*>(&beta_d) : &beta_f;
+    const LtResources lt = CublasLtScope::resources();
     return cublasLtMatmul(
-        at::cuda::getCurrentCUDABlasLtHandle(), desc_.get(), alpha, p_.a, a_layout_.get(), b, b_layout_.get(), beta,
-        d, d_layout_.get(), d, d_layout_.get(), &algo, at::cuda::getCUDABlasLtWorkspace(),
-        at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
+        lt.handle, desc_.get(), alpha, p_.a, a_layout_.get(), b, b_layout_.get(), beta, d, d_layout_.get(), d,
+        d_layout_.get(), &algo, lt.workspace, lt.workspace_size, at::cuda::getCurrentCUDAStream());
   }
   cublasStatus_t run(const cublasLtMatmulAlgo_t& algo) const { return run(algo, p_.b, p_.d); }
 
@@ -387,9 +417,9 @@ class LtPlan {
     cublasLtMatmulPreference_t raw_pref = nullptr;
     HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
     Preference pref(raw_pref);
-    const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
+    const LtResources lt = CublasLtScope::resources();
     HYPATIA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_size, sizeof(workspace_size)));
+        pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt.workspace_size, sizeof(lt.workspace_size)));
     const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     const uint32_t align_a = alignment(p_.a), align_b = alignment(p_.b), align_d = alignment(p_.d);
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> attributes[] = {
@@ -404,7 +434,7 @@ class LtPlan {
     cublasLtMatmulHeuristicResult_t heuristics[kCandidates] = {};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        at::cuda::getCurrentCUDABlasLtHandle(), desc_.get(), a_layout_.get(), b_layout_.get(), d_layout_.get(),
+        lt.handle, desc_.get(), a_layout_.get(), b_layout_.get(), d_layout_.get(),
         d_layout_.get(), pref.get(), kCandidates, heuristics, &found);
     std::vector<cublasLtMatmulAlgo_t> algos;
     for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
@@ -423,7 +453,7 @@ class LtPlan {
       auto same = [&](const cublasLtMatmulAlgo_t& other) { return std::memcmp(&algo, &other, sizeof algo) == 0; };
       return std::any_of(picks.begin(), picks.end(), same) || std::any_of(found.begin(), found.end(), same);
     };
-    const size_t workspace_size = at::cuda::getCUDABlasLtWorkspaceSize();
+    const LtResources lt = CublasLtScope::resources();
     for (const cublasLtMatmulAlgo_t& pick : picks) {
       uint32_t swizzling = 0;
       int32_t custom_max = 0;
@@ -442,10 +472,10 @@ class LtPlan {
             if (set_config(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, cluster) &&
                 set_config(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle) &&
                 set_config(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, custom) &&
-                cublasLtMatmulAlgoCheck(at::cuda::getCurrentCUDABlasLtHandle(), desc_.get(), a_layout_.get(),
+                cublasLtMatmulAlgoCheck(lt.handle, desc_.get(), a_layout_.get(),
                                         b_layout_.get(), d_layout_.get(), d_layout_.get(), &algo,
                                         &check) == CUBLAS_STATUS_SUCCESS &&
-                check.workspaceSize <= workspace_size && !known(algo)) {
+                check.workspaceSize <= lt.workspace_size && !known(algo)) {
               found.push_back(algo);
             }
           }

@@ -2,7 +2,9 @@
 them (torch.autograd.grad w.r.t. input, weights and biases), for a sampling profiler of the host:
     py-spy record --native --format raw -o stacks.txt -- python3 docs/perf/h200/host_profile.py dlrm-bottom 64
 At 64 rows the GPU work is negligible, so every sample is host time. Prints the time per call.
-Usage: host_profile.py ROW [ROWS] [SECONDS] [eager|hypatia]"""
+"forward" and "backward" call the library's private forward or backward op alone, on the profiled
+thread (autograd runs a backward on its device thread, which py-spy samples too rarely).
+Usage: host_profile.py ROW [ROWS] [SECONDS] [eager|hypatia|forward|backward]"""
 import sys
 import time
 from types import SimpleNamespace
@@ -20,20 +22,30 @@ def main():
     impl = sys.argv[4] if len(sys.argv) > 4 else "hypatia"
     x, ws, bs, gout, relu_last = make_row(name, rows)
     leaves = [x] + ws + bs
-    if impl == "hypatia":
-        fn = lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last)  # noqa: E731
-    else:
+    if impl == "eager":
         fn = eager_forward(SimpleNamespace(op="mlp", relu_last=relu_last), x, ws, bs)
+    else:
+        fn = lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last)  # noqa: E731
+    step = lambda: torch.autograd.grad(fn(), leaves, gout)  # noqa: E731
+    if impl == "forward":
+        step = lambda: torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)  # noqa: E731
+    elif impl == "backward":
+        with torch.no_grad():
+            outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)
+        saved = list(outputs if relu_last else outputs[:-1])
+        step = lambda: torch.ops.hypatia._fused_mlp_backward(  # noqa: E731
+            gout, x, ws, saved, [True] * len(ws), relu_last, True, True)
     for _ in range(20):
-        torch.autograd.grad(fn(), leaves, gout)
+        step()
     torch.cuda.synchronize()
     calls, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(100):
-            torch.autograd.grad(fn(), leaves, gout)
+            step()
         calls += 100
         torch.cuda.synchronize()
-    print(f"{name} {impl} rows={rows}: {(time.perf_counter() - start) / calls * 1e6:.1f} us per fwd+bwd call "
+    what = {"forward": "forward op", "backward": "backward op"}.get(impl, "fwd+bwd")
+    print(f"{name} {impl} rows={rows}: {(time.perf_counter() - start) / calls * 1e6:.1f} us per {what} call "
           f"({calls} calls)", flush=True)
 
 
