@@ -1,9 +1,11 @@
 """Why do the per-layer rows' forwards (mlp-1024x2, mlp-512x4, mlp-1024x3) run slower in
 bench_ops.py, which rotates input sets through memory, than with one set (search_probe.py)?
 Times hypatia's and eager's forward of each row four ways, in one process, with bench_ops.py's
-own sets, bursts and timer: as the bench does (its sets rotating), one set, the bench's burst of
-rotating calls replayed from a CUDA graph (GPU time alone), and the host's time to issue a call
-(perf_counter over a burst, no synchronization inside). Medians of SAMPLES bursts, µs a call.
+own sets and burst size: bursts of calls as the bench issues them (its sets rotating), bursts on
+one set, the rotating burst replayed from a CUDA graph (GPU time alone), and the host's time to
+issue a call (perf_counter over a burst, no synchronization inside). Each burst is timed by CUDA
+events and synchronized before the next (the bench synchronizes after all of its samples, so a
+host-bound call can lose less there). Medians of SAMPLES bursts, µs a call.
 Usage: python3 docs/perf/h200/forward_rotation.py [ROW ...] (from the repository root)."""
 import statistics
 import sys

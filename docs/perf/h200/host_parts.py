@@ -29,22 +29,30 @@ def make_row(name, rows=64):
     return x, ws, bs, gout, name in RELU_LAST
 
 
+def op_calls(x, ws, bs, gout, relu_last):
+    """The library's private forward op, and its backward op on the saved outputs of one forward
+    (input and parameter gradients), each called alone."""
+    forward = lambda: torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)  # noqa: E731
+    with torch.no_grad():
+        outputs = forward()
+    saved = list(outputs if relu_last else outputs[:-1])
+    backward = lambda: torch.ops.hypatia._fused_mlp_backward(  # noqa: E731
+        gout, x, ws, saved, [True] * len(ws), relu_last, True, True)
+    return forward, backward
+
+
 def row_calls(name):
     x, ws, bs, gout, relu_last = make_row(name)
     leaves = [x] + ws + bs
-    with torch.no_grad():
-        outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)
-    saved = outputs if relu_last else outputs[:-1]
+    forward, backward = op_calls(x, ws, bs, gout, relu_last)
     ones = torch.ones_like(x)
     hyp = lambda: torch.autograd.grad(torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last), leaves, gout)  # noqa: E731
     return [
         (f"{name} fwd+bwd through autograd", hyp, True),
         (f"{name} fused_mlp forward, autograd recording", lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last), True),
         ("autograd.grad of x * 1", lambda: torch.autograd.grad(x * 1, [x], ones), True),
-        (f"{name} _fused_mlp_forward", lambda: torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last), False),
-        (f"{name} _fused_mlp_backward (input and parameter grads)",
-         lambda: torch.ops.hypatia._fused_mlp_backward(gout, x, ws, list(saved), [True] * len(ws), relu_last, True, True),
-         False),
+        (f"{name} _fused_mlp_forward", forward, False),
+        (f"{name} _fused_mlp_backward (input and parameter grads)", backward, False),
     ]
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import torch
 
-from host_parts import make_row  # (and the library, which it loads)
+from host_parts import make_row, op_calls  # (and the library, which it loads)
 from profile_ops import eager_forward  # noqa: E402  (host_parts put scripts/ on the path)
 
 
@@ -27,14 +27,9 @@ def main():
     else:
         fn = lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last)  # noqa: E731
     step = lambda: torch.autograd.grad(fn(), leaves, gout)  # noqa: E731
-    if impl == "forward":
-        step = lambda: torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)  # noqa: E731
-    elif impl == "backward":
-        with torch.no_grad():
-            outputs = torch.ops.hypatia._fused_mlp_forward(x, ws, bs, relu_last)
-        saved = list(outputs if relu_last else outputs[:-1])
-        step = lambda: torch.ops.hypatia._fused_mlp_backward(  # noqa: E731
-            gout, x, ws, saved, [True] * len(ws), relu_last, True, True)
+    if impl in ("forward", "backward"):
+        forward, backward = op_calls(x, ws, bs, gout, relu_last)
+        step = forward if impl == "forward" else backward
     for _ in range(20):
         step()
     torch.cuda.synchronize()
