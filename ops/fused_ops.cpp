@@ -104,12 +104,20 @@ std::pair<at::Tensor, at::Tensor> aten_weight_grads(const at::Tensor& grad2d, co
   return std::pair{grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
 }
 
+std::pair<at::Tensor, at::Tensor> aten_relu_grad(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad) {
+  at::Tensor grad = at::threshold_backward(grad2d, relu_out2d, 0);
+  at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
+  return {std::move(grad), std::move(grad_bias)};
+}
+
 const BackwardGemms aten_gemms{
     [](const at::Tensor& grad2d, const at::Tensor& w) { return grad2d.mm(w); },
     aten_weight_grads,
     [](const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
       return relu_backward_and_bias_grad(grad2d.mm(w), relu_out2d, bias_grad);
-    }};
+    },
+    aten_relu_grad};
 
 std::vector<at::Tensor> fused_linear_relu_backward_with(
     ReluMaskBackward mask_backward,
@@ -147,18 +155,20 @@ std::vector<at::Tensor> fused_mlp_backward_with(
   std::vector<at::Tensor> grad_weights(layers), grad_biases(layers);
   at::Tensor grad = as_rows(grad_out);
   grad_out.reset();
-  if (relu_last) {
-    grad = at::threshold_backward(grad, as_rows(saved_outputs[layers - 1]), 0);  // eager's ReLU backward
+  if (relu_last) {  // eager's ReLU backward, the top layer's bias gradient summed in the same pass
+    std::tie(grad, grad_biases[layers - 1]) =
+        gemms.relu_grad(grad, as_rows(saved_outputs[layers - 1]), params_grad && has_bias.get(layers - 1));
     saved_outputs[layers - 1].reset();
   }
   for (size_t i = layers; i-- > 0;) {
-    // Below the top layer, relu_input_grad has already summed this layer's bias gradient.
-    const bool top = i + 1 == layers;
+    // Below the top layer relu_input_grad has already summed this layer's bias gradient, and at the
+    // top relu_grad where ReLU follows it.
+    const bool top_sums = i + 1 == layers && !relu_last;
     if (params_grad) {
       at::Tensor summed;
       std::tie(grad_weights[i], summed) =
-          gemms.weight_grads(grad, as_rows(i == 0 ? input : saved_outputs[i - 1]), top && has_bias.get(i));
-      if (top) {
+          gemms.weight_grads(grad, as_rows(i == 0 ? input : saved_outputs[i - 1]), top_sums && has_bias.get(i));
+      if (top_sums) {
         grad_biases[i] = summed;
       }
     }

@@ -59,12 +59,16 @@ std::vector<at::Tensor> run_mlp_with(
 // input) and, when bias_grad, the bias gradient grad2d.sum(0) (else undefined). Where the layer's
 // input is the ReLU output relu_out2d [M, K] of the layer below, relu_input_grad goes on through
 // that ReLU: threshold_backward(grad2d @ w, relu_out2d, 0) and, when bias_grad, its sum over rows
-// (the layer below's bias gradient).
+// (the layer below's bias gradient). relu_grad is that ReLU backward alone, on a gradient the
+// caller does not own (an MLP's upstream gradient when ReLU follows its last layer): grad2d is
+// left as it is.
 struct BackwardGemms {
   at::Tensor (*input_grad)(const at::Tensor& grad2d, const at::Tensor& w);
   std::pair<at::Tensor, at::Tensor> (*weight_grads)(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
   std::pair<at::Tensor, at::Tensor> (*relu_input_grad)(
       const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
+  std::pair<at::Tensor, at::Tensor> (*relu_grad)(
+      const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 };
 // Whether autograd records ops on these tensors now (a double backward): where it does, the
 // backward keeps to differentiable ATen ops.
@@ -76,6 +80,10 @@ std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
     at::Tensor grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 // The weight gradient grad2d.T @ h2d and, when bias_grad, the bias gradient, by ATen ops.
 std::pair<at::Tensor, at::Tensor> aten_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
+// BackwardGemms::relu_grad by ATen ops: threshold_backward(grad2d, relu_out2d, 0) and, when
+// bias_grad, its sum over rows.
+std::pair<at::Tensor, at::Tensor> aten_relu_grad(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 // ATen ops, so differentiable.
 extern const BackwardGemms aten_gemms;
 #ifdef HYPATIA_WITH_CUDA
@@ -90,8 +98,9 @@ extern const BackwardGemms cuda_gemms;
 // outputs of every layer that a ReLU follows (layers 0..L-2, and L-1 too when relu_last). Returns
 // [grad_weights..., grad_biases (of layers with has_bias)...] when params_grad, then grad_input
 // when input_grad. Device-generic: per layer `gemms` (the input gradient through the ReLU below it
-// by relu_input_grad), and eager's ReLU backward on grad_out when relu_last. The caller (each
-// device's entry point, which first tries its one-kernel backwards) has checked the arguments.
+// by relu_input_grad), and when relu_last eager's ReLU backward on grad_out with the top layer's
+// bias gradient (relu_grad). The caller (each device's entry point, which first tries its one-kernel
+// backwards) has checked the arguments.
 // grad_out and each saved output are dropped after their last use: where the caller handed over the
 // only references (_fused_mlp_backward's boxed kernels), their memory is freed layer by layer, as
 // eager's backward frees a layer's output once that layer is done.
@@ -180,6 +189,10 @@ at::Tensor relu_mask_backward_cuda(const at::Tensor& grad, const at::Tensor& mas
 // it (the bias gradient; accumulated in float, double for double, and rounded once), in one pass
 // (ops/cuda/relu_backward_sums_kernel.cu).
 void relu_backward_cuda_(at::Tensor& grad2d, const at::Tensor& relu_out2d, at::Tensor& sums);
+// BackwardGemms::relu_grad on CUDA: as relu_backward_cuda_, into a new tensor (ATen's ops where
+// autograd records the call).
+std::pair<at::Tensor, at::Tensor> relu_grad_cuda(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 // sums [K] = m2d [M, K] summed over its rows, as relu_backward_cuda_ sums.
 void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums);
 // t [M, K] (CUDA) as a dense [M, cols]: its first cols columns, zeros past K

@@ -900,6 +900,6 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
 
 }  // namespace
 
-const BackwardGemms cuda_gemms{input_grad_cuda, weight_grads_cuda, relu_input_grad_cuda};
+const BackwardGemms cuda_gemms{input_grad_cuda, weight_grads_cuda, relu_input_grad_cuda, relu_grad_cuda};
 
 }  // namespace hypatia::ops

@@ -59,14 +59,14 @@ struct alignas(sizeof(T) * V) Vec {
 };
 
 // Threads: blockDim.x vectors of V columns by blockDim.y rows. Block (x, y) covers column tile x
-// and rows [y * chunk_rows, (y + 1) * chunk_rows). kRelu: grad = relu_out <= 0 ? 0 : grad, in place
-// (NaN in relu_out passes the gradient, as in eager). kSums: each thread adds up its column vector
-// over its rows, the block adds those over blockDim.y in a fixed order, and writes them to row y of
-// `partials` [gridDim.y, cols], or, in one chunk, to `sums` itself.
-template <typename T, typename Acc, int V, bool kRelu, bool kSums>
+// and rows [y * chunk_rows, (y + 1) * chunk_rows). kRelu: relu_out <= 0 ? 0 : grad (NaN in relu_out
+// passes the gradient, as in eager), into `dst` where kOut, else over grad. kSums: each thread adds
+// up its column vector over its rows, the block adds those over blockDim.y in a fixed order, and
+// writes them to row y of `partials` [gridDim.y, cols], or, in one chunk, to `sums` itself.
+template <typename T, typename Acc, int V, bool kRelu, bool kSums, bool kOut>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM) relu_backward_sums_kernel(
-    T* __restrict__ grad, const T* __restrict__ relu_out, Acc* __restrict__ partials, T* __restrict__ sums,
-    int64_t rows, int64_t cols, int64_t chunk_rows) {
+    T* __restrict__ grad, const T* __restrict__ relu_out, T* __restrict__ dst, Acc* __restrict__ partials,
+    T* __restrict__ sums, int64_t rows, int64_t cols, int64_t chunk_rows) {
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   const int64_t first = blockIdx.y * chunk_rows, end = rows < first + chunk_rows ? rows : first + chunk_rows;
   Acc acc[V] = {};
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) relu_backward_sums_ker
         for (int j = 0; j < V; ++j) {
           g.v[j] = static_cast<Acc>(out.v[j]) <= Acc(0) ? static_cast<T>(Acc(0)) : g.v[j];
         }
-        *reinterpret_cast<Vec<T, V>*>(grad + r * cols + col) = g;
+        *reinterpret_cast<Vec<T, V>*>((kOut ? dst : grad) + r * cols + col) = g;
       }
       if constexpr (kSums) {
 #pragma unroll
@@ -134,8 +134,9 @@ __global__ void __launch_bounds__(kAddColumns * kAddRows)
   }
 }
 
-template <typename T, int V, bool kRelu, bool kSums>
-void launch(T* grad, const T* relu_out, T* sums, int64_t rows, int64_t cols, const at::TensorOptions& options) {
+template <typename T, int V, bool kRelu, bool kSums, bool kOut>
+void launch(
+    T* grad, const T* relu_out, T* dst, T* sums, int64_t rows, int64_t cols, const at::TensorOptions& options) {
   using Acc = at::acc_type<T, /*is_cuda=*/true>;
   const int64_t vectors = cols / V;
   const int tx = static_cast<int>(std::min<int64_t>(vectors, kThreads)), ty = kThreads / tx;
@@ -151,8 +152,8 @@ void launch(T* grad, const T* relu_out, T* sums, int64_t rows, int64_t cols, con
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const size_t smem = kSums ? sizeof(Acc) * tx * ty * V : 0;
   const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(chunks));
-  relu_backward_sums_kernel<T, Acc, V, kRelu, kSums><<<grid, dim3(tx, ty), smem, stream>>>(
-      grad, relu_out, partials_ptr, sums, rows, cols, chunk_rows);
+  relu_backward_sums_kernel<T, Acc, V, kRelu, kSums, kOut><<<grid, dim3(tx, ty), smem, stream>>>(
+      grad, relu_out, dst, partials_ptr, sums, rows, cols, chunk_rows);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (partials.defined()) {
     const dim3 block(kAddColumns, kAddRows);
@@ -166,10 +167,13 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// grad2d [M, K] contiguous, written (in place) only where relu_out2d, like it, is defined; sums [K]
-// or undefined.
-void relu_backward_sums(const at::Tensor& grad2d, const at::Tensor& relu_out2d, const at::Tensor& sums) {
+// grad2d [M, K] contiguous; where relu_out2d, like it, is defined, its ReLU backward goes into dst
+// (dense [M, K]) if that is defined, else over grad2d; sums [K] or undefined.
+void relu_backward_sums(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, const at::Tensor& dst, const at::Tensor& sums) {
   TORCH_INTERNAL_ASSERT(grad2d.is_contiguous() && (!relu_out2d.defined() || relu_out2d.is_contiguous()));
+  TORCH_INTERNAL_ASSERT(
+      !dst.defined() || (relu_out2d.defined() && dst.is_contiguous() && dst.sizes() == grad2d.sizes()));
   const int64_t rows = grad2d.size(0), cols = grad2d.size(1);
   if (rows == 0 || cols == 0) {
     if (sums.defined()) {
@@ -177,22 +181,27 @@ void relu_backward_sums(const at::Tensor& grad2d, const at::Tensor& relu_out2d, 
     }
     return;
   }
-  const bool relu = relu_out2d.defined(), with_sums = sums.defined();
+  const bool relu = relu_out2d.defined(), with_sums = sums.defined(), out = dst.defined();
   TORCH_INTERNAL_ASSERT(relu || with_sums);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad2d.scalar_type(), "relu_backward_sums_cuda", [&] {
     auto* grad = const_cast<scalar_t*>(grad2d.const_data_ptr<scalar_t>());
-    const scalar_t* out = relu ? relu_out2d.const_data_ptr<scalar_t>() : nullptr;
+    const scalar_t* relu_out = relu ? relu_out2d.const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* dst_ptr = out ? dst.mutable_data_ptr<scalar_t>() : nullptr;
     scalar_t* sums_ptr = with_sums ? sums.mutable_data_ptr<scalar_t>() : nullptr;
     constexpr int V = 16 / sizeof(scalar_t);
-    const bool vectorized = cols % V == 0 && aligned16(grad) && (!relu || aligned16(out));
+    const bool vectorized =
+        cols % V == 0 && aligned16(grad) && (!relu || aligned16(relu_out)) && (!out || aligned16(dst_ptr));
     auto run = [&](auto vector) {
       constexpr int W = decltype(vector)::value;
-      if (relu && with_sums) {
-        launch<scalar_t, W, true, true>(grad, out, sums_ptr, rows, cols, grad2d.options());
+      const at::TensorOptions options = grad2d.options();
+      if (relu && out) {
+        with_sums ? launch<scalar_t, W, true, true, true>(grad, relu_out, dst_ptr, sums_ptr, rows, cols, options)
+                  : launch<scalar_t, W, true, false, true>(grad, relu_out, dst_ptr, sums_ptr, rows, cols, options);
       } else if (relu) {
-        launch<scalar_t, W, true, false>(grad, out, sums_ptr, rows, cols, grad2d.options());
+        with_sums ? launch<scalar_t, W, true, true, false>(grad, relu_out, nullptr, sums_ptr, rows, cols, options)
+                  : launch<scalar_t, W, true, false, false>(grad, relu_out, nullptr, sums_ptr, rows, cols, options);
       } else {
-        launch<scalar_t, W, false, true>(grad, out, sums_ptr, rows, cols, grad2d.options());
+        launch<scalar_t, W, false, true, false>(grad, nullptr, nullptr, sums_ptr, rows, cols, options);
       }
     };
     if (vectorized) {
@@ -206,11 +215,27 @@ void relu_backward_sums(const at::Tensor& grad2d, const at::Tensor& relu_out2d, 
 }  // namespace
 
 void relu_backward_cuda_(at::Tensor& grad2d, const at::Tensor& relu_out2d, at::Tensor& sums) {
-  relu_backward_sums(grad2d, relu_out2d.contiguous(), sums);
+  relu_backward_sums(grad2d, relu_out2d.contiguous(), at::Tensor(), sums);
+}
+
+std::pair<at::Tensor, at::Tensor> relu_grad_cuda(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad) {
+  if (records_backward({grad2d, relu_out2d})) {
+    return aten_relu_grad(grad2d, relu_out2d, bias_grad);
+  }
+  at::Tensor sums = bias_grad ? at::empty({grad2d.size(1)}, grad2d.options()) : at::Tensor();
+  if (!grad2d.is_contiguous()) {  // (an expanded gradient, say) its dense copy is this call's own
+    at::Tensor grad = grad2d.contiguous();
+    relu_backward_sums(grad, relu_out2d.contiguous(), at::Tensor(), sums);
+    return {grad, sums};
+  }
+  at::Tensor grad = at::empty(grad2d.sizes(), grad2d.options());
+  relu_backward_sums(grad2d, relu_out2d.contiguous(), grad, sums);
+  return {grad, sums};
 }
 
 void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums) {
-  relu_backward_sums(m2d.contiguous(), at::Tensor(), sums);
+  relu_backward_sums(m2d.contiguous(), at::Tensor(), at::Tensor(), sums);
 }
 
 }  // namespace hypatia::ops
