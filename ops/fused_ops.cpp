@@ -90,16 +90,6 @@ bool records_backward(at::TensorList tensors) {
       std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.requires_grad(); });
 }
 
-std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
-    at::Tensor grad2d, const at::Tensor& relu_out2d, bool bias_grad) {
-  // Eager's ReLU backward. Written over grad2d, so that one [M, K] buffer is alive where eager's has
-  // two, unless autograd records it (a double backward), which needs grad2d itself.
-  at::Tensor grad = records_backward({grad2d, relu_out2d}) ? at::threshold_backward(grad2d, relu_out2d, 0)
-                             : at::threshold_backward_out(grad2d, grad2d, relu_out2d, 0);
-  at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
-  return {std::move(grad), std::move(grad_bias)};
-}
-
 std::pair<at::Tensor, at::Tensor> aten_weight_grads(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad) {
   return std::pair{grad2d.t().mm(h2d), bias_grad ? grad2d.sum(0) : at::Tensor()};
 }
@@ -109,6 +99,18 @@ std::pair<at::Tensor, at::Tensor> aten_relu_grad(
   at::Tensor grad = at::threshold_backward(grad2d, relu_out2d, 0);
   at::Tensor grad_bias = bias_grad ? grad.sum(0) : at::Tensor();
   return {std::move(grad), std::move(grad_bias)};
+}
+
+std::pair<at::Tensor, at::Tensor> relu_backward_and_bias_grad(
+    at::Tensor grad2d, const at::Tensor& relu_out2d, bool bias_grad) {
+  // Eager's ReLU backward. Written over grad2d, so that one [M, K] buffer is alive where eager's has
+  // two, unless autograd records it (a double backward), which needs grad2d itself.
+  if (records_backward({grad2d, relu_out2d})) {
+    return aten_relu_grad(grad2d, relu_out2d, bias_grad);
+  }
+  at::threshold_backward_out(grad2d, grad2d, relu_out2d, 0);
+  at::Tensor grad_bias = bias_grad ? grad2d.sum(0) : at::Tensor();
+  return {std::move(grad2d), std::move(grad_bias)};
 }
 
 const BackwardGemms aten_gemms{
