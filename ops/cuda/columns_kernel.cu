@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 namespace hypatia::ops {
 namespace {
@@ -21,25 +22,36 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
 
 // to [rows, cols] (dense) = from [rows, from_cols] (rows from_stride apart), zeros past from_cols.
-// E: the elements' bits, so that every value, NaN payloads included, is copied as it is.
-template <typename E>
+// E: the elements' bits, so that every value, NaN payloads included, is copied as it is. I: the
+// index type; 32-bit where every index fits, since a 64-bit division is a called subroutine.
+template <typename E, typename I>
 __global__ void __launch_bounds__(kThreads) resize_columns_kernel(
-    const E* __restrict__ from, int64_t from_stride, int64_t from_cols, E* __restrict__ to, int64_t rows,
-    int64_t cols) {
-  const int64_t elements = rows * cols;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i - r * cols;
+    const E* __restrict__ from, I from_stride, I from_cols, E* __restrict__ to, I rows, I cols) {
+  const I elements = rows * cols;
+  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < elements; i += I(gridDim.x) * blockDim.x) {
+    const I r = i / cols, c = i - r * cols;
     to[i] = c < from_cols ? from[r * from_stride + c] : E(0);
   }
 }
 
 template <typename E>
 void launch(const at::Tensor& from, at::Tensor& to) {
-  const int64_t rows = to.size(0), cols = to.size(1);
+  const int64_t rows = to.size(0), cols = to.size(1), from_cols = std::min(from.size(1), cols);
   const auto blocks = static_cast<unsigned>(std::min(kMaxBlocks, (rows * cols + kThreads - 1) / kThreads));
-  resize_columns_kernel<E><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      static_cast<const E*>(from.const_data_ptr()), from.stride(0), std::min(from.size(1), cols),
-      static_cast<E*>(to.mutable_data_ptr()), rows, cols);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const auto* src = static_cast<const E*>(from.const_data_ptr());
+  auto* dst = static_cast<E*>(to.mutable_data_ptr());
+  // Indices reach rows * cols in `to`, rows * from_stride in `from`; the grid stride adds at most
+  // kMaxBlocks * kThreads past the end.
+  const int64_t last = std::max(rows * cols, rows * from.stride(0)) + kMaxBlocks * kThreads;
+  if (last <= std::numeric_limits<uint32_t>::max()) {
+    resize_columns_kernel<E, uint32_t><<<blocks, kThreads, 0, stream>>>(
+        src, static_cast<uint32_t>(from.stride(0)), static_cast<uint32_t>(from_cols), dst,
+        static_cast<uint32_t>(rows), static_cast<uint32_t>(cols));
+  } else {
+    resize_columns_kernel<E, int64_t><<<blocks, kThreads, 0, stream>>>(
+        src, from.stride(0), from_cols, dst, rows, cols);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
