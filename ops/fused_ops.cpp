@@ -119,7 +119,8 @@ const BackwardGemms aten_gemms{
     [](const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
       return relu_backward_and_bias_grad(grad2d.mm(w), relu_out2d, bias_grad);
     },
-    aten_relu_grad};
+    aten_relu_grad,
+    nullptr};
 
 std::vector<at::Tensor> fused_linear_relu_backward_with(
     ReluMaskBackward mask_backward,
@@ -172,6 +173,16 @@ std::vector<at::Tensor> fused_mlp_backward_with(
           gemms.weight_grads(grad, as_rows(i == 0 ? input : saved_outputs[i - 1]), top_sums && has_bias.get(i));
       if (top_sums) {
         grad_biases[i] = summed;
+      }
+    }
+    if (i == 1 && gemms.relu_bottom_grads != nullptr) {
+      if (auto bottom = gemms.relu_bottom_grads(
+              grad, weights[1], as_rows(saved_outputs[0]), as_rows(input), weights[0], params_grad,
+              params_grad && has_bias.get(0), input_grad)) {
+        grad_weights[0] = (*bottom)[0];
+        grad_biases[0] = (*bottom)[1];
+        grad = (*bottom)[2];
+        break;
       }
     }
     if (i > 0) {

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/List.h>
 
+#include <array>
 #include <initializer_list>
 #include <optional>
 #include <tuple>
@@ -61,7 +62,11 @@ std::vector<at::Tensor> run_mlp_with(
 // that ReLU: threshold_backward(grad2d @ w, relu_out2d, 0) and, when bias_grad, its sum over rows
 // (the layer below's bias gradient). relu_grad is that ReLU backward alone, on a gradient the
 // caller does not own (an MLP's upstream gradient when ReLU follows its last layer): grad2d is
-// left as it is.
+// left as it is. relu_bottom_grads, where a device has it (else null), is a bottom layer's
+// backward in one: from grad2d [M, N] w.r.t. layer 1's output (after its ReLU backward), with w
+// [N, N0] layer 1's weight, relu_out2d [M, N0] layer 0's ReLU output, input2d [M, K] and w0 [N0, K],
+// layer 0's {weight, bias, input} gradients, each where asked for; nullopt, doing nothing, on
+// operands it does not take.
 struct BackwardGemms {
   at::Tensor (*input_grad)(const at::Tensor& grad2d, const at::Tensor& w);
   std::pair<at::Tensor, at::Tensor> (*weight_grads)(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
@@ -69,6 +74,9 @@ struct BackwardGemms {
       const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
   std::pair<at::Tensor, at::Tensor> (*relu_grad)(
       const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
+  std::optional<std::array<at::Tensor, 3>> (*relu_bottom_grads)(
+      const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, const at::Tensor& input2d,
+      const at::Tensor& w0, bool weight_grad, bool bias_grad, bool input_grad);
 };
 // Whether autograd records ops on these tensors now (a double backward): where it does, the
 // backward keeps to differentiable ATen ops.
@@ -195,6 +203,16 @@ std::pair<at::Tensor, at::Tensor> relu_grad_cuda(
     const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 // sums [K] = m2d [M, K] summed over its rows, as relu_backward_cuda_ sums.
 void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums);
+// The backward of a ReLU layer with a narrow input (ops/cuda/narrow_input_backward_kernel.cu), in one
+// kernel over its gradient: whether it takes relu_out2d [M, N] (the layer's saved output),
+// input2d [M, K] and w [N, K] (half or bfloat16, K <= 16, N <= 512 and a multiple of 8, M > 0, the
+// output dense, sm_80 or newer; HYPATIA_NARROW_INPUT_BACKWARD=0 turns it off), and, from
+// grad2d [M, N] (dense) w.r.t. the ReLU's output, {grad_weight, grad_bias, grad_input}, each where
+// asked for (else undefined).
+bool narrow_input_backward_applies(const at::Tensor& relu_out2d, const at::Tensor& input2d, const at::Tensor& w);
+std::array<at::Tensor, 3> narrow_input_backward_cuda(
+    const at::Tensor& grad2d, const at::Tensor& relu_out2d, const at::Tensor& input2d, const at::Tensor& w,
+    bool input_grad, bool weight_grad, bool bias_grad);
 // t [M, K] (CUDA) as a dense [M, cols]: its first cols columns, zeros past K
 // (ops/cuda/columns_kernel.cu).
 at::Tensor resize_columns_cuda(const at::Tensor& t, int64_t cols);

@@ -898,8 +898,22 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
   return aten();
 }
 
+// The bottom layer's gradients by the narrow-input kernel, from the input gradient of the layer
+// above (the tuned GEMM) before its ReLU backward, which the kernel applies as it reads it.
+std::optional<std::array<at::Tensor, 3>> relu_bottom_grads_cuda(
+    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, const at::Tensor& input2d,
+    const at::Tensor& w0, bool weight_grad, bool bias_grad, bool input_grad) {
+  if (!(weight_grad || input_grad) || !narrow_input_backward_applies(relu_out2d, input2d, w0) ||
+      records_backward({grad2d, w, relu_out2d, input2d, w0})) {
+    return std::nullopt;
+  }
+  return narrow_input_backward_cuda(
+      input_grad_cuda(grad2d, w), relu_out2d, input2d, w0, input_grad, weight_grad, bias_grad);
+}
+
 }  // namespace
 
-const BackwardGemms cuda_gemms{input_grad_cuda, weight_grads_cuda, relu_input_grad_cuda, relu_grad_cuda};
+const BackwardGemms cuda_gemms{
+    input_grad_cuda, weight_grads_cuda, relu_input_grad_cuda, relu_grad_cuda, relu_bottom_grads_cuda};
 
 }  // namespace hypatia::ops

@@ -52,6 +52,14 @@ __device__ __forceinline__ uint32_t pack2_relu(float lo, float hi, __nv_bfloat16
   asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// 0xffff in each half of a packed pair whose value is > 0 or NaN, 0 in the others: where eager's
+// ReLU backward (threshold_backward at 0) keeps the gradient.
+__device__ __forceinline__ uint32_t above_zero_or_nan2(uint32_t v, __half) {
+  return __hgtu2_mask(*reinterpret_cast<const __half2*>(&v), __float2half2_rn(0.f));
+}
+__device__ __forceinline__ uint32_t above_zero_or_nan2(uint32_t v, __nv_bfloat16) {
+  return __hgtu2_mask(*reinterpret_cast<const __nv_bfloat162*>(&v), __float2bfloat162_rn(0.f));
+}
 __device__ __forceinline__ float2 unpack2(uint32_t v, __half) {
   return make_float2(to_float(__ushort_as_half(uint16_t(v))), to_float(__ushort_as_half(uint16_t(v >> 16))));
 }

@@ -4,6 +4,7 @@
 // a tall, narrow matrix moved a quarter of the copy bandwidth on the H100: 90 us for 262144 x 64
 // float32 (docs/perf/experiments.md#one-pass-relu-backward-and-bias-sums).
 #include "ops/fused_ops.h"
+#include "ops/cuda/partial_sums.cuh"
 
 #include <ATen/AccumulateType.h>
 #include <ATen/Dispatch.h>
@@ -26,33 +27,6 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kBlocksPerSM = 2;
 constexpr int64_t kMinRowsPerThread = 4;
-// The second kernel's block: 32 columns by 32 threads over the chunks.
-constexpr int kAddColumns = 32, kAddRows = 32;
-
-__device__ int pow2_at_least(int n) {
-  int p = 1;
-  while (p < n) {
-    p *= 2;
-  }
-  return p;
-}
-
-// Rows [0, blockDim.y) of table [blockDim.y][width] added up into row 0, pairwise, halving the
-// rows each step: a fixed order. Every thread of the block calls it; column `at` .. at + V - 1 are
-// this thread's.
-template <typename Acc, int V>
-__device__ void add_rows_into_first(Acc* table, int width, int at) {
-  const int y = threadIdx.y, rows = blockDim.y;
-  for (int half = pow2_at_least(rows) / 2; half > 0; half /= 2) {
-    __syncthreads();
-    if (y < half && y + half < rows) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        table[y * width + at + j] += table[(y + half) * width + at + j];
-      }
-    }
-  }
-}
 
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Vec {
@@ -99,7 +73,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) relu_backward_sums_ker
     for (int j = 0; j < V; ++j) {
       block_sums[threadIdx.y * width + at + j] = acc[j];
     }
-    add_rows_into_first<Acc, V>(block_sums, width, at);
+    partial_sums::add_rows_into_first<Acc, V>(block_sums, width, at);
     if (threadIdx.y != 0 || col >= cols) {
       return;
     }
@@ -111,27 +85,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM) relu_backward_sums_ker
         partials[blockIdx.y * cols + col + j] = block_sums[at + j];
       }
     }
-  }
-}
-
-// sums[c] = partials[:, c] added up in a fixed order: blockDim.y threads per column, each over every
-// blockDim.y-th chunk, then those pairwise. One rounding to T, at the end.
-template <typename T, typename Acc>
-__global__ void __launch_bounds__(kAddColumns * kAddRows)
-    add_partials_kernel(const Acc* __restrict__ partials, T* __restrict__ sums, int64_t chunks, int64_t cols) {
-  __shared__ Acc thread_sums[kAddRows * kAddColumns];
-  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  Acc acc = 0;
-  if (col < cols) {
-#pragma unroll 8
-    for (int64_t i = threadIdx.y; i < chunks; i += blockDim.y) {
-      acc += partials[i * cols + col];
-    }
-  }
-  thread_sums[threadIdx.y * blockDim.x + threadIdx.x] = acc;
-  add_rows_into_first<Acc, 1>(thread_sums, blockDim.x, threadIdx.x);
-  if (threadIdx.y == 0 && col < cols) {
-    sums[col] = static_cast<T>(thread_sums[threadIdx.x]);
   }
 }
 
@@ -157,10 +110,7 @@ void launch(
       grad, relu_out, dst, partials_ptr, sums, rows, cols, chunk_rows);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (partials.defined()) {
-    const dim3 block(kAddColumns, kAddRows);
-    const auto blocks = static_cast<unsigned>((cols + block.x - 1) / block.x);
-    add_partials_kernel<T, Acc><<<blocks, block, 0, stream>>>(partials_ptr, sums, chunks, cols);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    partial_sums::add_partials(partials_ptr, cols, sums, chunks, cols, stream);
   }
 }
 

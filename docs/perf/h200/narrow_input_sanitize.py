@@ -1,0 +1,28 @@
+"""The narrow-input backward kernel under compute-sanitizer: run as `compute-sanitizer --tool T
+--kernel-name kns=narrow_input_backward python3 this` (with PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that
+memcheck sees each tensor's own bounds). Shapes: several row blocks a CTA, a ragged last block, one
+row, one, two and four 128-row tiles of outputs with part of the tile unused, 1 and 16 input features,
+each choice of gradients. Prints each shape's largest error against float64."""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python"))
+import hypatia_ops  # noqa: E402,F401
+from conftest import make_mlp, rel_error  # noqa: E402
+from narrow_input_backward_cases import reference_backward, saved_outputs  # noqa: E402
+
+SHAPES = [(20000, [13, 512, 64]), (1, [13, 512, 64]), (777, [1, 128, 32]), (300, [16, 200, 64]), (1000, [13, 392, 64])]
+for rows, widths in SHAPES:
+    for input_grad, params_grad in ((True, True), (True, False), (False, True)):
+        torch.manual_seed(0)
+        x = torch.randn(rows, widths[0], dtype=torch.float64).to(torch.bfloat16).cuda()
+        ws, bs = make_mlp(widths, torch.bfloat16, device="cuda")
+        saved = saved_outputs(x, ws, bs, False)
+        gout = torch.randn(rows, widths[-1], dtype=torch.float64).to(torch.bfloat16).cuda()
+        got = torch.ops.hypatia._fused_mlp_backward(gout, x, ws, saved, [True] * len(ws), False, input_grad, params_grad)
+        want = reference_backward(gout, x, ws, saved, [True] * len(ws), False, torch.bfloat16)
+        want = (want if params_grad else want[-1:])[: None if input_grad else -1]
+        print(rows, widths, input_grad, params_grad, max(rel_error(g, r) for g, r in zip(got, want)), flush=True)
