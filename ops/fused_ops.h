@@ -206,13 +206,13 @@ void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums);
 // The backward of a ReLU layer with a narrow input (ops/cuda/narrow_input_backward_kernel.cu), in one
 // kernel over its gradient: whether it takes relu_out2d [M, N] (the layer's saved output),
 // input2d [M, K] and w [N, K] (half or bfloat16, K <= 16, N <= 512 and a multiple of 8, M > 0, the
-// output dense, sm_80 or newer; HYPATIA_NARROW_INPUT_BACKWARD=0 turns it off), and, from
-// grad2d [M, N] (dense) w.r.t. the ReLU's output, {grad_weight, grad_bias, grad_input}, each where
-// asked for (else undefined).
+// output dense, sm_80 or newer; HYPATIA_NARROW_INPUT_BACKWARD=0 turns it off), and, for operands it
+// takes, from grad2d [M, N] (dense) w.r.t. the ReLU's output, {grad_weight, grad_bias, grad_input},
+// each where asked for (else undefined).
 bool narrow_input_backward_applies(const at::Tensor& relu_out2d, const at::Tensor& input2d, const at::Tensor& w);
 std::array<at::Tensor, 3> narrow_input_backward_cuda(
     const at::Tensor& grad2d, const at::Tensor& relu_out2d, const at::Tensor& input2d, const at::Tensor& w,
-    bool input_grad, bool weight_grad, bool bias_grad);
+    bool weight_grad, bool bias_grad, bool input_grad);
 // t [M, K] (CUDA) as a dense [M, cols]: its first cols columns, zeros past K
 // (ops/cuda/columns_kernel.cu).
 at::Tensor resize_columns_cuda(const at::Tensor& t, int64_t cols);

@@ -908,7 +908,7 @@ std::optional<std::array<at::Tensor, 3>> relu_bottom_grads_cuda(
     return std::nullopt;
   }
   return narrow_input_backward_cuda(
-      input_grad_cuda(grad2d, w), relu_out2d, input2d, w0, input_grad, weight_grad, bias_grad);
+      input_grad_cuda(grad2d, w), relu_out2d, input2d, w0, weight_grad, bias_grad, input_grad);
 }
 
 }  // namespace

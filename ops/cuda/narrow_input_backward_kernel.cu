@@ -35,16 +35,11 @@ struct Params {
   const void* x;         // [rows, k], strides x_row, x_col
   const void* w;         // [n, k], strides w_row, w_col
   void* grad_input;      // [rows, k] dense, or null
-  float* partials;       // [gridDim.x][stride]: the block's weight-gradient sums [n, k], then its bias sums [n]
+  float* partials;       // [gridDim.x][stride]: each CTA's weight-gradient sums [n, k], then its bias sums [n]
   int64_t rows, x_row, x_col, w_row, w_col, stride;
   int n, k;
   bool weight_grad, bias_grad;
 };
-
-template <typename T>
-__device__ __forceinline__ T zero() {
-  return T(0.f);
-}
 
 // kMTiles * 128: n padded. Each CTA walks row blocks gridDim.x apart. A block's gradient and saved
 // output land in shared memory by cp.async (the saved output of the next block while this one's
@@ -91,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(cons
     for (int i = 0; i < kXPerThread; ++i) {
       const int e = tid + i * kThreads, r = e / kInputs, c = e % kInputs;
       const int64_t row = b * kRows + r;
-      regs[i] = row < p.rows && c < p.k ? x[row * p.x_row + c * p.x_col] : zero<T>();
+      regs[i] = row < p.rows && c < p.k ? x[row * p.x_row + c * p.x_col] : T(0.f);
     }
   };
 
@@ -102,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(cons
   load_x(x_regs, blockIdx.x);
   for (int e = tid; e < kN * kInputs; e += kThreads) {  // zeros past n rows and k columns
     const int r = e / kInputs, c = e % kInputs;
-    ws[r * kPitch + c] = r < p.n && c < p.k ? w[r * p.w_row + c * p.w_col] : zero<T>();
+    ws[r * kPitch + c] = r < p.n && c < p.k ? w[r * p.w_row + c * p.w_col] : T(0.f);
   }
   float wsums[kMTiles][2][4] = {};
   float bsums[kMTiles][4] = {};  // every column of a tile holds its rows' sums
@@ -222,14 +217,16 @@ size_t smem_bytes(int m_tiles) {  // 16-bit elements
   return 2 * size_t(2 * kRows * (n + 8) + kRows * kPitch + n * kPitch);
 }
 
+using Kernel = void (*)(Params);
+
 template <typename T>
-const void* kernel_for(int m_tiles) {
-  return m_tiles == 1   ? reinterpret_cast<const void*>(narrow_input_backward_kernel<T, 1>)
-      : m_tiles == 2 ? reinterpret_cast<const void*>(narrow_input_backward_kernel<T, 2>)
-                     : reinterpret_cast<const void*>(narrow_input_backward_kernel<T, 4>);
+Kernel kernel_for(int m_tiles) {
+  return m_tiles == 1 ? narrow_input_backward_kernel<T, 1>
+      : m_tiles == 2  ? narrow_input_backward_kernel<T, 2>
+                      : narrow_input_backward_kernel<T, 4>;
 }
 
-const void* kernel_for(at::ScalarType dtype, int m_tiles) {
+Kernel kernel_for(at::ScalarType dtype, int m_tiles) {
   return dtype == at::kHalf ? kernel_for<__half>(m_tiles) : kernel_for<__nv_bfloat16>(m_tiles);
 }
 
@@ -252,14 +249,13 @@ bool narrow_input_backward_applies(const at::Tensor& relu_out2d, const at::Tenso
   const int device = relu_out2d.get_device();
   const int m_tiles = m_tiles_for(n);
   return at::cuda::getDeviceProperties(device)->major >= 8 &&
-      blocks_per_sm(kernel_for(dtype, m_tiles), kThreads, device, smem_bytes(m_tiles)) > 0;
+      blocks_per_sm(reinterpret_cast<const void*>(kernel_for(dtype, m_tiles)), kThreads, device, smem_bytes(m_tiles)) > 0;
 }
 
 std::array<at::Tensor, 3> narrow_input_backward_cuda(
     const at::Tensor& grad2d, const at::Tensor& relu_out2d, const at::Tensor& input2d, const at::Tensor& w,
-    bool input_grad, bool weight_grad, bool bias_grad) {
-  TORCH_INTERNAL_ASSERT(narrow_input_backward_applies(relu_out2d, input2d, w) && dense(grad2d) &&
-                        grad2d.sizes() == relu_out2d.sizes());
+    bool weight_grad, bool bias_grad, bool input_grad) {
+  TORCH_INTERNAL_ASSERT(dense(grad2d) && grad2d.sizes() == relu_out2d.sizes());
   const c10::cuda::CUDAGuard device_guard(grad2d.device());
   const int64_t rows = grad2d.size(0);
   const int n = static_cast<int>(w.size(0)), k = static_cast<int>(w.size(1));
@@ -287,7 +283,8 @@ std::array<at::Tensor, 3> narrow_input_backward_cuda(
   const int device = grad2d.get_device();
   const int m_tiles = m_tiles_for(n);
   const size_t smem = smem_bytes(m_tiles);
-  const int per_sm = blocks_per_sm(kernel_for(grad2d.scalar_type(), m_tiles), kThreads, device, smem);
+  const Kernel kernel = kernel_for(grad2d.scalar_type(), m_tiles);
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, device, smem);
   const int64_t ctas = std::min<int64_t>(
       (rows + kRows - 1) / kRows, int64_t(per_sm) * at::cuda::getDeviceProperties(device)->multiProcessorCount);
   at::Tensor partials;  // each CTA's sums, added up in a fixed order by add_partials
@@ -296,17 +293,10 @@ std::array<at::Tensor, 3> narrow_input_backward_cuda(
     p.partials = partials.mutable_data_ptr<float>();
   }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
-  auto run = [&](auto tag) {
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  auto add_partials = [&](auto tag) {
     using T = decltype(tag);
-    const auto grid = static_cast<unsigned>(ctas);
-    if (m_tiles == 1) {
-      narrow_input_backward_kernel<T, 1><<<grid, kThreads, smem, stream>>>(p);
-    } else if (m_tiles == 2) {
-      narrow_input_backward_kernel<T, 2><<<grid, kThreads, smem, stream>>>(p);
-    } else {
-      narrow_input_backward_kernel<T, 4><<<grid, kThreads, smem, stream>>>(p);
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (weight_grad) {
       partial_sums::add_partials(p.partials, p.stride, static_cast<T*>(grad_weight.mutable_data_ptr()), ctas,
                                  weight_sums, stream);
@@ -317,9 +307,9 @@ std::array<at::Tensor, 3> narrow_input_backward_cuda(
     }
   };
   if (grad2d.scalar_type() == at::kHalf) {
-    run(__half());
+    add_partials(__half());
   } else {
-    run(__nv_bfloat16());
+    add_partials(__nv_bfloat16());
   }
   return {grad_weight, grad_bias, grad_input};
 }
