@@ -41,25 +41,26 @@ struct Params {
   bool weight_grad, bias_grad;
 };
 
-// kMTiles * 128: n padded. Each CTA walks row blocks gridDim.x apart. A block's gradient and saved
-// output land in shared memory by cp.async (the saved output of the next block while this one's
-// MMAs run, its gradient once they are done); each thread masks the chunks it copied. Then the 8
-// warps each add a 16 kMTiles-row slice of grad.T @ [x, 1] to their registers (the column of ones
-// gives the bias gradient; summed over all of the CTA's rows, written to `partials` at the end), and
-// warps 0-3 compute a 16 x 8 tile of grad @ w.
+// kMTiles * 128: n padded. Each CTA walks row blocks gridDim.x apart through two slots of shared
+// memory, each a block's gradient and saved output: a block's copies (cp.async) are issued when the
+// block two before it is done with its slot, so they land while the previous block is worked on, and
+// each thread masks the chunks it copied. Then the 8 warps each add a 16 kMTiles-row slice of
+// grad.T @ [x, 1] to their registers (the column of ones gives the bias gradient; summed over all of
+// the CTA's rows, written to `partials` at the end), and warps 0-3 compute a 16 x 8 tile of grad @ w.
 template <typename T, int kMTiles>
-__global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads, 1) narrow_input_backward_kernel(const __grid_constant__ Params p) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // bf16 mma and cp.async need sm_80; the host never launches below
   constexpr int kN = kMTiles * 128, kRowPitch = kN + 8;
   constexpr int kChunks = kN / 8;              // 16-byte chunks of a gradient row
   constexpr int kGroups = kThreads / kChunks;  // gradient rows a pass of the CTA copies
   constexpr int kPasses = kRows / kGroups;
   constexpr int kXPerThread = kRows * kInputs / kThreads;
+  constexpr int kSlot = 2 * kRows * kRowPitch;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* gm = reinterpret_cast<T*>(smem);  // [kRows][kRowPitch]: the gradient, masked in place
-  T* hs = gm + kRows * kRowPitch;      // [kRows][kRowPitch]: the saved output
-  T* xs = hs + kRows * kRowPitch;      // [kRows][kPitch]
-  T* ws = xs + kRows * kPitch;         // [kN][kPitch]
+  // Two slots, each [kRows][kRowPitch] of the gradient (masked in place), then as much of the saved output.
+  T* const slots = reinterpret_cast<T*>(smem);
+  T* xs = slots + 2 * kSlot;   // [kRows][kPitch]
+  T* ws = xs + kRows * kPitch;  // [kN][kPitch]
   const T* grad = static_cast<const T*>(p.grad);
   const T* relu_out = static_cast<const T*>(p.relu_out);
   const T* x = static_cast<const T*>(p.x);
@@ -68,15 +69,22 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(cons
   const int li = lane / 8, lj = lane % 8;  // ldmatrix: the matrix whose row address this lane gives, and the row
   const int chunk = tid % kChunks, group = tid / kChunks;
   const bool chunk_in = chunk * 8 < p.n;
+  const int64_t blocks = (p.rows + kRows - 1) / kRows;
 
-  // This thread's chunks of block b's rows of `from` into `to`; zeros past the rows and columns.
-  auto copy_block = [&](T* to, const T* from, int64_t b) {
+  // This thread's chunks of block b's gradient and saved output into `slot`, as one commit group (an
+  // empty one past the last block, so that every block is the same number of groups back); zeros
+  // past the rows and columns.
+  auto copy_block = [&](T* slot, int64_t b) {
+    if (b < blocks) {
 #pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int r = pass * kGroups + group;
-      const int64_t row = b * kRows + r;
-      const bool in = chunk_in && row < p.rows;
-      cp_async16(to + r * kRowPitch + chunk * 8, in ? from + row * p.n + chunk * 8 : from, in);
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int r = pass * kGroups + group;
+        const int64_t row = b * kRows + r;
+        const bool in = chunk_in && row < p.rows;
+        const int64_t at = in ? row * p.n + chunk * 8 : 0;
+        cp_async16(slot + r * kRowPitch + chunk * 8, grad + at, in);
+        cp_async16(slot + (kRows + r) * kRowPitch + chunk * 8, relu_out + at, in);
+      }
     }
     cp_async_commit();
   };
@@ -90,10 +98,9 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(cons
     }
   };
 
-  const int64_t blocks = (p.rows + kRows - 1) / kRows;
   T x_regs[kXPerThread];
-  copy_block(hs, relu_out, blockIdx.x);
-  copy_block(gm, grad, blockIdx.x);
+  copy_block(slots, blockIdx.x);
+  copy_block(slots + kSlot, blockIdx.x + int64_t(gridDim.x));
   load_x(x_regs, blockIdx.x);
   for (int e = tid; e < kN * kInputs; e += kThreads) {  // zeros past n rows and k columns
     const int r = e / kInputs, c = e % kInputs;
@@ -102,9 +109,11 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(cons
   float wsums[kMTiles][2][4] = {};
   float bsums[kMTiles][4] = {};  // every column of a tile holds its rows' sums
   const uint32_t ones = pack2(1.f, 1.f, T());
-  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+  for (int64_t b = blockIdx.x, visit = 0; b < blocks; b += gridDim.x, ++visit) {
     const int64_t next = b + gridDim.x;
-    cp_async_wait<0>();
+    T* const gm = slots + (visit % 2) * kSlot;  // this block's gradient
+    const T* const hs = gm + kRows * kRowPitch;  // and saved output
+    cp_async_wait<1>();  // this block's group; the next block's may still land
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const int r = pass * kGroups + group;
@@ -124,9 +133,8 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(cons
       const int e = tid + i * kThreads;
       xs[(e / kInputs) * kPitch + e % kInputs] = x_regs[i];
     }
-    __syncthreads();  // gm and xs hold block b; hs is free
+    __syncthreads();  // gm (masked) and xs hold block b
     if (next < blocks) {
-      copy_block(hs, relu_out, next);
       load_x(x_regs, next);
     }
 
@@ -170,10 +178,8 @@ __global__ void __launch_bounds__(kThreads, 2) narrow_input_backward_kernel(cons
         }
       }
     }
-    __syncthreads();  // the MMAs are done with gm and xs
-    if (next < blocks) {
-      copy_block(gm, grad, next);
-    }
+    __syncthreads();  // the MMAs are done with gm's slot and xs
+    copy_block(gm, next + gridDim.x);
   }
 
   float* partials = p.partials + int64_t(blockIdx.x) * p.stride;
@@ -212,9 +218,9 @@ int m_tiles_for(int64_t n) {
   return n <= 128 ? 1 : n <= 256 ? 2 : 4;
 }
 
-size_t smem_bytes(int m_tiles) {  // 16-bit elements
+size_t smem_bytes(int m_tiles) {  // 16-bit elements: two slots of a gradient and a saved output block, x, w
   const int n = m_tiles * 128;
-  return 2 * size_t(2 * kRows * (n + 8) + kRows * kPitch + n * kPitch);
+  return 2 * size_t(4 * kRows * (n + 8) + kRows * kPitch + n * kPitch);
 }
 
 using Kernel = void (*)(Params);

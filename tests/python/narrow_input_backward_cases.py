@@ -19,8 +19,9 @@ ENABLED = os.environ.get("HYPATIA_NARROW_INPUT_BACKWARD") != "0"
 
 
 def blocks_past_the_grid():
-    """Rows for three 64-row blocks more than the kernel's CTAs (two an SM): CTAs 0-2 take two."""
-    return 64 * (2 * torch.cuda.get_device_properties(0).multi_processor_count + 3)
+    """Rows for 2 x SMs + 3 of the kernel's 32-row blocks: with its one CTA an SM, CTAs 0-2 take three
+    (their first slot again) and the others two; were it two an SM, CTAs 0-2 would take two."""
+    return 32 * (2 * torch.cuda.get_device_properties(0).multi_processor_count + 3)
 
 
 # (rows, widths): one row; ragged last blocks; more blocks than CTAs; DLRM's bottom MLP with many
