@@ -1,6 +1,6 @@
 // Sums over rows in a fixed order, so that a gradient summed by blocks is the same in every run:
 // within a block (add_rows_into_first), and of the blocks' partial sums by a second kernel
-// (add_partials). Used by relu_backward_sums_kernel.cu and bottom_layer_grads_kernel.cu.
+// (add_partials). Used by relu_backward_sums_kernel.cu and narrow_input_backward_kernel.cu.
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
