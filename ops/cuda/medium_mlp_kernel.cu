@@ -12,7 +12,8 @@
 // own rows. Where the ring holds a layer's slices and one more (activations at most 256 wide), the two
 // take turns at the tensor cores (ping-pong): one issues a layer's MMAs while the other runs its
 // epilogue, so the epilogues overlap the MMAs, and the second consumer finds the slices the first has
-// used; else they run in step.
+// used; else they run in step. An input of at most 16 columns into a last layer of at most 64 outputs
+// takes an instance of its own (kNarrowEnds).
 // Taken where measured faster than the per-layer path (medium_policy below; docs/perf/experiments.md).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
@@ -221,9 +222,36 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
   }
 }
 #undef HYPATIA_WGMMA_M64N256K16
+// The same for B: 64 x 16 (the first 64 rows of the stage), into d[0..31] in the same layout.
+#define HYPATIA_WGMMA_M64N64K16(AB) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  if constexpr (std::is_same_v<T, __half>) {
+    HYPATIA_WGMMA_M64N64K16("f16");
+  } else {
+    HYPATIA_WGMMA_M64N64K16("bf16");
+  }
+}
+#undef HYPATIA_WGMMA_M64N64K16
 #endif
 
-template <typename T>
+// kNarrowEnds: the first layer reads at most 16 columns and the last writes at most 64 (DLRM's bottom
+// MLP, 13-512-256-64). Its instance runs one k16 step for the first layer (not a whole k-slice, three
+// quarters zeros) and m64n64 for the last (not m64n256, three quarters zeros), each in a copy of the
+// layer's code of its own: a branch between the two inside the slice loop stopped ptxas peeling the
+// 256-wide loop, which cost more than the MMAs saved (experiments.md, "Medium forward up to 512 wide").
+template <typename T, bool kNarrowEnds>
 __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -321,7 +349,9 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   int64_t turn = 0;
   for (int64_t b = 0; b < my_blocks; ++b) {
     const int64_t row0 = (int64_t(blockIdx.x) + b * gridDim.x) * kRows;
-    for (int l = 0; l < p.count; ++l) {
+    // Layer l in m64n{tile_n}k16 tiles, k16_steps of each k-slice (the rest of a slice holds zeros).
+    auto run_layer = [&](const int l, auto tile_n, auto k16_steps) {
+      constexpr int kN = decltype(tile_n)::value;
       const int N = p.width[l + 1], slices = p.slices[l], halves = tiles(N);
       const bool last = l + 1 == p.count, kept = (p.kept_mask >> l) & 1u;
       // This group's input rows (copies, or the last epilogue's stores: a kept layer's epilogue made
@@ -339,9 +369,9 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         const int n = min(N - h * kTile, kTile);  // this half's outputs, columns h kTile on
         // The bias, read while the MMAs run: lane L holds columns 64 m + 2 L and the next, so the pair
         // a thread adds after chunk j is word j / 8 of lane 4 (j % 8) + L % 4 (one shuffle, no waits).
-        uint32_t bias_pairs[kTile / 64];
+        uint32_t bias_pairs[kN / 64];
 #pragma unroll
-        for (int m = 0; m < kTile / 64; ++m) {
+        for (int m = 0; m < kN / 64; ++m) {
           const int col = h * kTile + 64 * m + 2 * lane;
           const uint16_t* const bias = static_cast<const uint16_t*>(p.bias[l]);
           if (bias == nullptr || col >= N) {
@@ -360,11 +390,15 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           const unsigned char* const a_rows = act + s * (kRows * 128) + group * 64 * 128;  // panel s, the group's rows
           const unsigned char* const b_rows = ring + at.stage * kStageBytes;
           wgmma_fence();
+          // Past the input's width both operands hold zeros. No branch around a k16 step: ptxas
+          // serializes every wgmma of a kernel that has one (C7520), 1.8x slower.
 #pragma unroll
-          for (int kk = 0; kk < kSliceK; kk += 16) {
-            // Past the input's width both operands hold zeros. No branch around a k16 step: ptxas
-            // serializes every wgmma of a kernel that has one (C7520), 1.8x slower.
-            wgmma_m64n256k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
+          for (int kk = 0; kk < 16 * decltype(k16_steps)::value; kk += 16) {
+            if constexpr (kN == kTile) {
+              wgmma_m64n256k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
+            } else {
+              wgmma_m64n64k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
+            }
           }
           wgmma_commit();
           // The previous slice's MMAs are done (this one's may run on): its stage is free.
@@ -399,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         unsigned char* const to = act + h * (kTile / kSliceK) * (kRows * 128);
         auto store_outputs = [&](auto relu, auto full_tile) {
 #pragma unroll
-          for (int j = 0; j < kTile / 8; j += 2) {
+          for (int j = 0; j < kN / 8; j += 2) {
             // n is a multiple of 32: a pair of chunks is all in or all out.
             if (!decltype(full_tile)::value && 8 * j >= padded) {
               break;
@@ -428,9 +462,9 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         using yes = std::true_type;
         using no = std::false_type;
         if ((p.relu_mask >> l) & 1u) {
-          n == kTile ? store_outputs(yes(), yes()) : store_outputs(yes(), no());
+          n == kN ? store_outputs(yes(), yes()) : store_outputs(yes(), no());
         } else {
-          n == kTile ? store_outputs(no(), yes()) : store_outputs(no(), no());
+          n == kN ? store_outputs(no(), yes()) : store_outputs(no(), no());
         }
       }
       if (kept) {  // to global memory by TMA, one 64-column box at a time (rows past the end dropped)
@@ -450,6 +484,19 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         }
         group_barrier(group);
         load_input(act, row0 + int64_t(gridDim.x) * kRows);
+      }
+    };
+    using Wide = std::integral_constant<int, kTile>;
+    using WholeSlice = std::integral_constant<int, kSliceK / 16>;
+    if constexpr (kNarrowEnds) {
+      run_layer(0, Wide(), std::integral_constant<int, 1>());
+      for (int l = 1; l + 1 < p.count; ++l) {
+        run_layer(l, Wide(), WholeSlice());
+      }
+      run_layer(p.count - 1, std::integral_constant<int, 64>(), WholeSlice());
+    } else {
+      for (int l = 0; l < p.count; ++l) {
+        run_layer(l, Wide(), WholeSlice());
       }
     }
   }
@@ -540,15 +587,15 @@ bool tensor_map(CUtensorMap& map, const at::Tensor& t, int box_rows) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T>
+template <typename T, bool kNarrowEnds>
 bool launch(const Params& p, size_t smem_bytes, int device, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(&medium_mlp_forward_kernel<T>);
+  const void* kernel = reinterpret_cast<const void*>(&medium_mlp_forward_kernel<T, kNarrowEnds>);
   if (blocks_per_sm(kernel, kThreads, device, smem_bytes) == 0) {
     return false;
   }
   const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
   const unsigned grid = static_cast<unsigned>(std::min(p.blocks, sms));
-  medium_mlp_forward_kernel<T><<<grid, kThreads, smem_bytes, stream>>>(p);
+  medium_mlp_forward_kernel<T, kNarrowEnds><<<grid, kThreads, smem_bytes, stream>>>(p);
   check_cuda(cudaGetLastError(), "medium MLP", "kernel launch");
   return true;
 }
@@ -644,8 +691,15 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   }
   p.blocks = (p.rows + kRows - 1) / kRows;
   p.x = x2d.data_ptr();
-  const bool launched = dtype == at::kHalf ? launch<__half>(p, smem_bytes, device, stream)
-                                           : launch<__nv_bfloat16>(p, smem_bytes, device, stream);
+  const bool narrow_ends = count >= 2 && p.width[0] <= 16 && p.width[count] <= 64;
+  bool launched = false;
+  if (dtype == at::kHalf) {
+    launched = narrow_ends ? launch<__half, true>(p, smem_bytes, device, stream)
+                           : launch<__half, false>(p, smem_bytes, device, stream);
+  } else {
+    launched = narrow_ends ? launch<__nv_bfloat16, true>(p, smem_bytes, device, stream)
+                           : launch<__nv_bfloat16, false>(p, smem_bytes, device, stream);
+  }
   if (!launched) {
     return std::nullopt;
   }

@@ -19,12 +19,26 @@ KERNEL = "medium_mlp_forward_kernel"
 # last layer has fewer than three k-slices, and the next block's input waits for all of them).
 # Layers wider than 256 (two tiles, the upper first; a 320-wide one whose upper tile is ragged) and
 # 512-wide inputs (8 k-slices, the consumers in step: the ring holds 3); input widths that are not a
-# whole number of 16 bytes (DLRM's 13 features, 7), read element by element.
+# whole number of 16 bytes (DLRM's 13 features, 7), read element by element. Inputs of at most 16
+# columns into outputs of at most 64 take the kernel's narrow-ends instance (one k16 step for the
+# first layer, m64n64 for the last): two layers, three, and five (several middle layers, with turns),
+# outputs of 32 and 64, an input of one column.
 SHAPES = [(1000, [256, 256, 256, 256, 256]), (777, [64, 256, 160, 64]), (1, [32, 96, 32]),
           (130, [16, 224, 32]), (4099, [256, 256, 96]), (300, [64] * 9), (64, [128, 32]),
           (40000, [256, 256, 64]), (40000, [64, 32]), (40000, [16, 64, 32]),
           (1000, [13, 512, 256, 64]), (40000, [13, 512, 256, 64]), (777, [16, 320, 128]),
-          (300, [256, 512, 256]), (130, [512, 256, 64]), (5, [7, 64, 32])]
+          (300, [256, 512, 256]), (130, [512, 256, 64]), (5, [7, 64, 32]),
+          (40000, [16, 256, 128, 256, 64]), (3000, [1, 256, 256, 256, 32])]
+
+
+def narrow_ends(widths):
+    """Whether the kernel's narrow-ends instance takes these widths."""
+    return len(widths) >= 3 and widths[0] <= 16 and widths[-1] <= 64
+
+
+def ran_narrow_ends(names):
+    """Whether the kernels named include the narrow-ends instance (demangled or mangled)."""
+    return any(KERNEL in n and (", true>" in n or "Lb1E" in n) for n in names)
 
 
 def forward(dtype):
@@ -45,6 +59,7 @@ def forward(dtype):
         names = cuda_kernel_names(lambda: torch.ops.hypatia.fused_mlp(x, ws, bs, False))
         assert names is None or any(KERNEL in n for n in names) and (
             widths[0] % 8 != 0 or all(KERNEL in n for n in names)), names
+        assert names is None or ran_narrow_ends(names) == narrow_ends(widths), (widths, names)
         print(f"forward {dtype} {rows} {widths}: ok", flush=True)
 
 

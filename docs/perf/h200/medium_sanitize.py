@@ -3,7 +3,9 @@ with HYPATIA_MEDIUM_MLP=1 (and PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that memchec
 tensor's own bounds). Shapes: several row blocks a CTA (the ring and the turns across blocks), a
 ragged last block, widths that leave part of the tile unused, a training forward whose hidden
 outputs are kept, and DLRM's bottom MLP (13 features read element by element, a 512-wide layer in
-two tiles, the consumers in step). Prints each shape's error against float64."""
+two tiles, the consumers in step) and 16-256-128-256-64 (several blocks, with turns), both in the
+narrow-ends instance (one k16 step for the first layer, m64n64 for the last). Prints each shape's
+error against float64."""
 import sys
 from pathlib import Path
 
@@ -15,7 +17,8 @@ import hypatia_ops  # noqa: E402,F401
 from bench_ops import rel_error  # noqa: E402
 
 SHAPES = [(300, [256] * 5, False), (777, [64, 256, 160, 64], True), (1000, [128, 256, 256, 64], False),
-          (40000, [256, 256, 64], False), (2000, [13, 512, 256, 64], True)]
+          (40000, [256, 256, 64], False), (2000, [13, 512, 256, 64], True),
+          (40000, [16, 256, 128, 256, 64], False)]
 for rows, widths, relu_last in SHAPES:
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(rows, widths[0], device="cuda", dtype=torch.bfloat16, generator=g)
