@@ -52,7 +52,9 @@ constexpr int kStageBytes = kTile * kSliceK * 2;
 constexpr int kAtom = 1024;  // 8 rows of 128 bytes: the unit of the 128-byte swizzle
 
 struct Params {
-  CUtensorMap weight_map[kMaxLayers];  // [width[l+1], width[l]] row-major; boxes of kTile x kSliceK, zeros outside
+  // [width[l+1], width[l]] row-major; boxes of kTile x kSliceK (64 x kSliceK for the last layer of the
+  // narrow-ends instance), zeros outside
+  CUtensorMap weight_map[kMaxLayers];
   int count;
   int width[kMaxLayers + 1];
   int slices[kMaxLayers];        // k-slices of layer l: width[l] / kSliceK, rounded up
@@ -286,7 +288,9 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           for (int h = halves - 1; h >= 0; --h) {  // the consumers' order: the upper half first
             for (int s = 0; s < p.slices[l]; ++s, at.advance(stages)) {
               mbarrier_wait(&empty[at.stage], at.parity ^ 1);  // the consumers are done with its last slice
-              mbarrier_arrive_expect_tx(&full[at.stage], kStageBytes);
+              // The narrow last layer's boxes are its 64 output rows (m64n64 reads no more).
+              mbarrier_arrive_expect_tx(&full[at.stage],
+                                        kNarrowEnds && l + 1 == p.count ? kStageBytes / 4 : kStageBytes);
               tma_load(ring + at.stage * kStageBytes, &p.weight_map[l], s * kSliceK, h * kTile, &full[at.stage]);
             }
           }
@@ -676,8 +680,10 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   // the next multiple of 8, which multiply the zeros the kernel puts past the input's columns.
   const at::Tensor first_weight =
       p.width[0] % 8 == 0 ? weights[0] : resize_columns_cuda(weights[0], (p.width[0] + 7) / 8 * 8);
+  const bool narrow_ends = count >= 2 && p.width[0] <= 16 && p.width[count] <= 64;
   for (int l = 0; l < count; ++l) {
-    if (!tensor_map(p.weight_map[l], l == 0 ? first_weight : weights[l], kTile)) {
+    const int box_rows = narrow_ends && l + 1 == count ? 64 : kTile;
+    if (!tensor_map(p.weight_map[l], l == 0 ? first_weight : weights[l], box_rows)) {
       return std::nullopt;
     }
   }
@@ -691,7 +697,6 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   }
   p.blocks = (p.rows + kRows - 1) / kRows;
   p.x = x2d.data_ptr();
-  const bool narrow_ends = count >= 2 && p.width[0] <= 16 && p.width[count] <= 64;
   bool launched = false;
   if (dtype == at::kHalf) {
     launched = narrow_ends ? launch<__half, true>(p, smem_bytes, device, stream)
