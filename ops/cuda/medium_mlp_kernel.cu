@@ -55,6 +55,7 @@ struct Params {
   // [width[l+1], width[l]] row-major; boxes of kTile x kSliceK (64 x kSliceK for the last layer of the
   // narrow-ends instance), zeros outside
   CUtensorMap weight_map[kMaxLayers];
+  int box_bytes[kMaxLayers];  // of one box of weight_map[l]: what each of its loads brings (expect_tx)
   int count;
   int width[kMaxLayers + 1];
   int slices[kMaxLayers];        // k-slices of layer l: width[l] / kSliceK, rounded up
@@ -288,9 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           for (int h = halves - 1; h >= 0; --h) {  // the consumers' order: the upper half first
             for (int s = 0; s < p.slices[l]; ++s, at.advance(stages)) {
               mbarrier_wait(&empty[at.stage], at.parity ^ 1);  // the consumers are done with its last slice
-              // The narrow last layer's boxes are its 64 output rows (m64n64 reads no more).
-              mbarrier_arrive_expect_tx(&full[at.stage],
-                                        kNarrowEnds && l + 1 == p.count ? kStageBytes / 4 : kStageBytes);
+              mbarrier_arrive_expect_tx(&full[at.stage], p.box_bytes[l]);
               tma_load(ring + at.stage * kStageBytes, &p.weight_map[l], s * kSliceK, h * kTile, &full[at.stage]);
             }
           }
@@ -682,10 +681,12 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
       p.width[0] % 8 == 0 ? weights[0] : resize_columns_cuda(weights[0], (p.width[0] + 7) / 8 * 8);
   const bool narrow_ends = count >= 2 && p.width[0] <= 16 && p.width[count] <= 64;
   for (int l = 0; l < count; ++l) {
+    // The narrow last layer's boxes are its 64 output rows (m64n64 reads no more).
     const int box_rows = narrow_ends && l + 1 == count ? 64 : kTile;
     if (!tensor_map(p.weight_map[l], l == 0 ? first_weight : weights[l], box_rows)) {
       return std::nullopt;
     }
+    p.box_bytes[l] = box_rows * kSliceK * 2;
   }
   for (int l = 0; l < count; ++l) {
     if (keep[l]) {
