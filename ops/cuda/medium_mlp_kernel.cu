@@ -370,14 +370,12 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
       // lower half still reads.
       for (int h = halves - 1; h >= 0; --h) {
         const int n = min(N - h * kTile, kTile);  // this half's outputs, columns h kTile on
-        // The bias, read while the MMAs run: chunk c of a thread's accumulators holds columns
-        // 8 c + 2 (L % 4) and the next (lane L), whose pair it keeps in a register of its own. Pairs
-        // passed around by shuffles in the epilogue, which nothing else overlaps, cost 6-8 us of
-        // mlp-256x4's 68 (docs/perf/experiments.md#medium-forward-where-the-time-goes).
-        uint32_t bias_pairs[kN / 8];
+        // The bias, read while the MMAs run: lane L holds columns 64 m + 2 L and the next, so the pair
+        // a thread adds after chunk j is word j / 8 of lane 4 (j % 8) + L % 4 (one shuffle, no waits).
+        uint32_t bias_pairs[kN / 64];
 #pragma unroll
-        for (int m = 0; m < kN / 8; ++m) {
-          const int col = h * kTile + 8 * m + 2 * (lane % 4);
+        for (int m = 0; m < kN / 64; ++m) {
+          const int col = h * kTile + 64 * m + 2 * lane;
           const uint16_t* const bias = static_cast<const uint16_t*>(p.bias[l]);
           if (bias == nullptr || col >= N) {
             bias_pairs[m] = 0u;
@@ -447,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               const int c = j + i;
-              const float2 bias = unpack2(bias_pairs[c], T());
+              const float2 bias = unpack2(__shfl_sync(~0u, bias_pairs[c / 8], 4 * (c % 8) + lane % 4), T());
               const float x0 = acc[4 * c] + bias.x, x1 = acc[4 * c + 1] + bias.y;
               const float y0 = acc[4 * c + 2] + bias.x, y1 = acc[4 * c + 3] + bias.y;
               if constexpr (decltype(relu)::value) {
