@@ -5,7 +5,10 @@
 // output over its input (a layer wider than 256 in two halves, the upper one first, which lands past
 // the input's columns). A producer warpgroup streams every layer's weights by TMA, in 64-column
 // k-slices of 256 output rows, into a ring of stages guarded by mbarriers (full: the slice landed;
-// empty: both consumers are done with it), running ahead across layers and row blocks. Two consumer
+// empty: both consumers are done with it), running ahead across layers and row blocks. Each row
+// block's input comes through the same ring ahead of its first layer's slices, in a stage per consumer
+// group, so that its load runs under the previous block's last layers (an input not a whole number
+// of 16 bytes a row is read by the consumers themselves). Two consumer
 // warpgroups, 64 rows each, run m64n256k16 with both operands 128-byte swizzled in shared memory (the
 // layout TMA writes), add the bias in float32 and round each output once, as eager's epilogue does;
 // kept outputs go to global memory by TMA from shared memory. A consumer reads and writes only its
@@ -50,6 +53,8 @@ constexpr int kSliceK = 64;                      // weight columns a stage holds
 constexpr int kMaxStages = 5;
 constexpr int kStageBytes = kTile * kSliceK * 2;
 constexpr int kAtom = 1024;  // 8 rows of 128 bytes: the unit of the 128-byte swizzle
+constexpr int kPanelBytes = 64 * kSliceK * 2;  // 64 columns of a consumer's rows of the input
+constexpr int kStagePanels = kStageBytes / kPanelBytes;
 
 struct Params {
   // [width[l+1], width[l]] row-major; boxes of kTile x kSliceK (64 x kSliceK for the last layer of the
@@ -65,6 +70,8 @@ struct Params {
   unsigned bias_aligned_mask;       // bit l: layer l's bias 4-byte aligned
   unsigned relu_mask;            // bit l: ReLU after layer l
   const void* x;                 // [rows, width[0]]
+  CUtensorMap x_map;             // of x, boxes of 64 x kSliceK (a group's rows), where input_stages > 0
+  int input_stages;              // stages of a group's rows of a block's input (0: read by the consumers)
   int64_t rows;
   int64_t blocks;  // ceil(rows / kRows)
   int act_width;   // columns of the activation buffer: the widest, rounded up to kSliceK
@@ -284,6 +291,18 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
     if (tid == kConsumerThreads) {
       RingPosition at{};
       for (int64_t b = 0; b < my_blocks; ++b) {
+        const int row0 = static_cast<int>((int64_t(blockIdx.x) + b * gridDim.x) * kRows);
+        for (int g = 0; g < 2; ++g) {
+          for (int i = 0; i < p.input_stages; ++i, at.advance(stages)) {
+            const int panels = min(kStagePanels, p.slices[0] - kStagePanels * i);
+            mbarrier_wait(&empty[at.stage], at.parity ^ 1);
+            mbarrier_arrive_expect_tx(&full[at.stage], panels * kPanelBytes);
+            for (int j = 0; j < panels; ++j) {
+              tma_load(ring + at.stage * kStageBytes + j * kPanelBytes, &p.x_map, (kStagePanels * i + j) * kSliceK,
+                       row0 + 64 * g, &full[at.stage]);
+            }
+          }
+        }
         for (int l = 0; l < p.count; ++l) {
           const int halves = tiles(p.width[l + 1]);
           for (int h = halves - 1; h >= 0; --h) {  // the consumers' order: the upper half first
@@ -303,20 +322,19 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
   const int group = tid / 128, gtid = tid % 128, warp = gtid / 32, lane = tid % 32;
   const T* const x = static_cast<const T*>(p.x);
-  // The group's rows of block `row0` into `to` (zeros past the last row, and up to the next
-  // multiple of kSliceK columns), as one commit group. Rows that are not a whole number of 16 bytes
-  // (DLRM's 13 features) are read element by element.
-  auto load_input = [&](unsigned char* to, int64_t row0) {
-    const int k0 = p.width[0], chunks = (k0 + kSliceK - 1) / kSliceK * (kSliceK / 8);
-    const bool ragged = k0 % 8 != 0;
-    for (int c = gtid; c < 64 * chunks; c += 128) {
-      const int r = group * 64 + c / chunks, col = (c % chunks) * 8;
+  RingPosition at{};
+  // A ragged input's rows of block `row0` (zeros past the last row, and up to the next multiple of
+  // kSliceK columns), read element by element: the zero chunks first, then the data, each thread
+  // with all its loads in flight at once (a thread per data chunk in DLRM's 13 features).
+  auto load_ragged_input = [&](int64_t row0) {
+    const int k0 = p.width[0], chunks = p.slices[0] * (kSliceK / 8), data = (k0 + 7) / 8, zeros = chunks - data;
+    for (int c = gtid; c < 64 * zeros; c += 128) {
+      const int r = group * 64 + c / zeros, col = (data + c % zeros) * 8;
+      *reinterpret_cast<uint4*>(act + swizzled_offset(kRows, r, col)) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    for (int c = gtid; c < 64 * data; c += 128) {
+      const int r = group * 64 + c / data, col = (c % data) * 8;
       const bool row_in = row0 + r < p.rows;
-      if (!ragged) {
-        const bool in_range = row_in && col < k0;
-        cp_async16(to + swizzled_offset(kRows, r, col), in_range ? x + (row0 + r) * k0 + col : x, in_range);
-        continue;
-      }
       const uint16_t* const from = reinterpret_cast<const uint16_t*>(x) + (row0 + r) * k0;
       uint32_t words[4];
 #pragma unroll
@@ -325,11 +343,35 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         const uint32_t hi = row_in && col + e + 1 < k0 ? from[col + e + 1] : 0u;
         words[e / 2] = lo | hi << 16;
       }
-      *reinterpret_cast<uint4*>(to + swizzled_offset(kRows, r, col)) = make_uint4(words[0], words[1], words[2], words[3]);
+      *reinterpret_cast<uint4*>(act + swizzled_offset(kRows, r, col)) = make_uint4(words[0], words[1], words[2], words[3]);
     }
-    cp_async_commit();
   };
-  load_input(act, int64_t(blockIdx.x) * kRows);
+  // The block's input from the ring (TMA wrote it in act's layout, zeros outside x): this group's
+  // stages, copied as they are. Every warp waits for and frees every stage, the other group's too: a
+  // stage freed by its own group alone could be refilled before the other group's wait, which would
+  // then look for a phase two behind and never see it.
+  auto take_input = [&]() {
+    for (int g = 0; g < 2; ++g) {
+      for (int i = 0; i < p.input_stages; ++i, at.advance(stages)) {
+        mbarrier_wait(&full[at.stage], at.parity);
+        if (g == group) {
+          const int panels = min(kStagePanels, p.slices[0] - kStagePanels * i);
+          for (int j = 0; j < panels; ++j) {
+            const uint4* const from = reinterpret_cast<const uint4*>(ring + at.stage * kStageBytes + j * kPanelBytes);
+            uint4* const to = reinterpret_cast<uint4*>(act + (kStagePanels * i + j) * (kRows * 128) + group * kPanelBytes);
+#pragma unroll
+            for (int c = gtid; c < kPanelBytes / 16; c += 128) {
+              to[c] = from[c];
+            }
+          }
+          __syncwarp();
+        }
+        if (lane == 0) {
+          mbarrier_arrive(&empty[at.stage]);
+        }
+      }
+    }
+  };
   // The epilogue stores 16 columns of the warp's 16 rows at a time by stmatrix (four 8 x 8 tiles:
   // rows 0-7 and 8-15 of chunk j, then of chunk j + 1), lane L giving row L % 8 + 8 ((L / 8) % 2) of
   // tile L / 8: swizzled_offset's row part, and its 16-byte chunk j + L / 16 XORed with L % 8.
@@ -340,7 +382,6 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   for (int i = 0; i < 128; ++i) {
     acc[i] = 0.f;
   }
-  RingPosition at{};
   int used = 0;  // the stage of the slice before `at`
   // With turns, a turn a half of a layer of a block: group 0 takes the first; group 1 passes every
   // turn on but its last, whose arrival nobody would wait for.
@@ -360,8 +401,8 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
       // This group's input rows (copies, or the last epilogue's stores: a kept layer's epilogue made
       // them visible already) are in, for the async proxy too.
       if (l == 0 || !((p.kept_mask >> (l - 1)) & 1u)) {
-        if (l == 0) {
-          cp_async_wait<0>();
+        if (l == 0) {  // the previous block's stores have read `act`
+          p.input_stages > 0 ? take_input() : load_ragged_input(row0);
         }
         fence_proxy_async();
         group_barrier(group);
@@ -481,12 +522,11 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           bulk_commit();
         }
       }
-      if (last && b + 1 < my_blocks) {  // the next block's input, once the stores have read these rows
+      if (last && b + 1 < my_blocks) {  // the next block's input may land once the stores have read these rows
         if (gtid == 0) {
           bulk_wait_read<0>();
         }
         group_barrier(group);
-        load_input(act, row0 + int64_t(gridDim.x) * kRows);
       }
     };
     using Wide = std::integral_constant<int, kTile>;
@@ -698,6 +738,12 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   }
   p.blocks = (p.rows + kRows - 1) / kRows;
   p.x = x2d.data_ptr();
+  if (p.width[0] % 8 == 0) {  // rows 16-byte aligned: TMA reads them
+    if (!tensor_map(p.x_map, x2d, 64)) {
+      return std::nullopt;
+    }
+    p.input_stages = (p.slices[0] + kStagePanels - 1) / kStagePanels;
+  }
   bool launched = false;
   if (dtype == at::kHalf) {
     launched = narrow_ends ? launch<__half, true>(p, smem_bytes, device, stream)

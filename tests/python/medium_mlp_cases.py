@@ -18,7 +18,8 @@ KERNEL = "medium_mlp_forward_kernel"
 # CTAs three row blocks each, through a ring that runs ahead into the next block (also where the
 # last layer has fewer than three k-slices, and the next block's input waits for all of them).
 # Layers wider than 256 (two tiles, the upper first; a 320-wide one whose upper tile is ragged) and
-# 512-wide inputs (8 k-slices, the consumers in step: the ring holds 3); input widths that are not a
+# 512-wide inputs (8 k-slices, the consumers in step: the ring holds 3, fewer than the input's 4
+# stages, over several blocks a CTA at 20000 rows); input widths that are not a
 # whole number of 16 bytes (DLRM's 13 features, 7), read element by element. Inputs of at most 16
 # columns into outputs of at most 64 take the kernel's narrow-ends instance (one k16 step for the
 # first layer, m64n64 for the last): two layers, three, and five (several middle layers, with turns),
@@ -27,7 +28,7 @@ SHAPES = [(1000, [256, 256, 256, 256, 256]), (777, [64, 256, 160, 64]), (1, [32,
           (130, [16, 224, 32]), (4099, [256, 256, 96]), (300, [64] * 9), (64, [128, 32]),
           (40000, [256, 256, 64]), (40000, [64, 32]), (40000, [16, 64, 32]),
           (1000, [13, 512, 256, 64]), (40000, [13, 512, 256, 64]), (777, [16, 320, 128]),
-          (300, [256, 512, 256]), (130, [512, 256, 64]), (5, [7, 64, 32]),
+          (300, [256, 512, 256]), (130, [512, 256, 64]), (20000, [512, 256, 64]), (5, [7, 64, 32]),
           (40000, [16, 256, 128, 256, 64]), (3000, [1, 256, 256, 256, 32])]
 
 
