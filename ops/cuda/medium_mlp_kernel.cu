@@ -5,18 +5,19 @@
 // output over its input (a layer wider than 256 in two halves, the upper one first, which lands past
 // the input's columns). A producer warpgroup streams every layer's weights by TMA, in 64-column
 // k-slices of 256 output rows, into a ring of stages guarded by mbarriers (full: the slice landed;
-// empty: both consumers are done with it), running ahead across layers and row blocks. Each row
-// block's input comes through the same ring ahead of its first layer's slices, in a stage per consumer
-// group, so that its load runs under the previous block's last layers (an input not a whole number
-// of 16 bytes a row is read by the consumers themselves). Two consumer
-// warpgroups, 64 rows each, run m64n256k16 with both operands 128-byte swizzled in shared memory (the
-// layout TMA writes), add the bias in float32 and round each output once, as eager's epilogue does;
-// kept outputs go to global memory by TMA from shared memory. A consumer reads and writes only its
-// own rows. Where the ring holds a layer's slices and one more (activations at most 256 wide), the two
-// take turns at the tensor cores (ping-pong): one issues a layer's MMAs while the other runs its
-// epilogue, so the epilogues overlap the MMAs, and the second consumer finds the slices the first has
-// used; else they run in step. An input of at most 16 columns into a last layer of at most 64 outputs
-// takes an instance of its own (kNarrowEnds).
+// empty: both consumers are done with it), running ahead across layers and row blocks; another
+// producer thread loads each consumer's rows of a row block's input by TMA straight into act, a
+// 64-column panel as soon as the block before's last layer has read it, so that the load runs under
+// that layer's MMAs and epilogue (an input not a whole number of 16 bytes a row is read by the
+// consumers themselves). Two consumer warpgroups, 64 rows each, run m64n256k16 with both operands
+// 128-byte swizzled in shared memory (the layout TMA writes), add the bias in float32 and round each
+// output once, as eager's epilogue does; kept hidden outputs go to global memory by TMA from shared
+// memory, and so do the last layer's, but from registers where the next input comes by TMA. A
+// consumer reads and writes only its own rows. Where the ring holds a layer's slices and one more
+// (activations at most 256 wide), the two take turns at the tensor cores (ping-pong): one issues a
+// layer's MMAs while the other runs its epilogue, so the epilogues overlap the MMAs, and the second
+// consumer finds the slices the first has used; else they run in step. An input of at most 16
+// columns into a last layer of at most 64 outputs takes an instance of its own (kNarrowEnds).
 // Taken where measured faster than the per-layer path (medium_policy below; docs/perf/experiments.md).
 #include "ops/fused_ops.h"
 #include "ops/cuda/kernel_launch.h"
@@ -53,8 +54,7 @@ constexpr int kSliceK = 64;                      // weight columns a stage holds
 constexpr int kMaxStages = 5;
 constexpr int kStageBytes = kTile * kSliceK * 2;
 constexpr int kAtom = 1024;  // 8 rows of 128 bytes: the unit of the 128-byte swizzle
-constexpr int kPanelBytes = 64 * kSliceK * 2;  // 64 columns of a consumer's rows of the input
-constexpr int kStagePanels = kStageBytes / kPanelBytes;
+constexpr int kMaxPanels = kMaxWidth / kSliceK;  // 64-column panels of act
 
 struct Params {
   // [width[l+1], width[l]] row-major; boxes of kTile x kSliceK (64 x kSliceK for the last layer of the
@@ -70,8 +70,9 @@ struct Params {
   unsigned bias_aligned_mask;       // bit l: layer l's bias 4-byte aligned
   unsigned relu_mask;            // bit l: ReLU after layer l
   const void* x;                 // [rows, width[0]]
-  CUtensorMap x_map;             // of x, boxes of 64 x kSliceK (a group's rows), where input_stages > 0
-  int input_stages;              // stages of a group's rows of a block's input (0: read by the consumers)
+  CUtensorMap x_map;             // of x, boxes of 64 x kSliceK (a group's rows), where input_by_tma
+  bool input_by_tma;             // x's rows 16-byte aligned: TMA loads them into act (else the consumers read them)
+  void* out;                     // the last layer's output [rows, width[count]], for stores from registers
   int64_t rows;
   int64_t blocks;  // ceil(rows / kRows)
   int act_width;   // columns of the activation buffer: the widest, rounded up to kSliceK
@@ -80,6 +81,8 @@ struct Params {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int kPanelBytes = 64 * kSliceK * 2;  // a panel of a consumer group's rows of act
+
 // A slice's place in the ring, stepped by counting: the stage count is a launch parameter, and a
 // 64-bit division by it per slice (a called subroutine) cost the 256-wide shapes 17-22%.
 struct RingPosition {
@@ -272,12 +275,22 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
   const int stages = p.stages;
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring + stages * kStageBytes);
   uint64_t* const empty = full + stages;
+  // A group's rows of act: the next block's input landed (input_full); a 64-column panel of them is
+  // no longer read, by the last layer's MMAs or the stores to global memory (act_free, a panel each).
+  uint64_t* const input_full = empty + stages;
+  uint64_t* const act_free = input_full + 2;
   const int tid = threadIdx.x;
   const int64_t my_blocks = p.blocks > blockIdx.x ? (p.blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   if (tid == 0) {
     for (int i = 0; i < stages; ++i) {
       mbarrier_init(&full[i], 1);                          // the producer's arrival, with the bytes
       mbarrier_init(&empty[i], kConsumerThreads / 32);  // each consumer warp's
+    }
+    for (int g = 0; g < 2; ++g) {
+      mbarrier_init(&input_full[g], 1);  // the loader's arrival, with the bytes
+      for (int j = 0; j < kMaxPanels; ++j) {
+        mbarrier_init(&act_free[g * kMaxPanels + j], kConsumerThreads / 2 / 32);  // each warp of the group
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -286,23 +299,30 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
     return;
   }
 
-  if (tid >= kConsumerThreads) {  // the producer warpgroup: one thread issues every slice's TMA
+  if (tid >= kConsumerThreads) {  // the producer warpgroup: one thread streams the weights, one the inputs
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if (tid == kConsumerThreads) {
-      RingPosition at{};
+    if (tid == kConsumerThreads + 32 && p.input_by_tma) {
+      // Each group's rows of a block's input straight into act, a panel as soon as the group's last
+      // layer of the block before is done reading it: under that layer's MMAs and its epilogue, which
+      // writes to global memory.
       for (int64_t b = 0; b < my_blocks; ++b) {
         const int row0 = static_cast<int>((int64_t(blockIdx.x) + b * gridDim.x) * kRows);
         for (int g = 0; g < 2; ++g) {
-          for (int i = 0; i < p.input_stages; ++i, at.advance(stages)) {
-            const int panels = min(kStagePanels, p.slices[0] - kStagePanels * i);
-            mbarrier_wait(&empty[at.stage], at.parity ^ 1);
-            mbarrier_arrive_expect_tx(&full[at.stage], panels * kPanelBytes);
-            for (int j = 0; j < panels; ++j) {
-              tma_load(ring + at.stage * kStageBytes + j * kPanelBytes, &p.x_map, (kStagePanels * i + j) * kSliceK,
-                       row0 + 64 * g, &full[at.stage]);
+          for (int j = 0; j < p.slices[0]; ++j) {
+            if (b > 0) {
+              mbarrier_wait(&act_free[g * kMaxPanels + j], (b - 1) & 1);
             }
+            if (j == 0) {
+              mbarrier_arrive_expect_tx(&input_full[g], p.slices[0] * kPanelBytes);
+            }
+            tma_load(act + j * (kRows * 128) + g * kPanelBytes, &p.x_map, j * kSliceK, row0 + 64 * g, &input_full[g]);
           }
         }
+      }
+    }
+    if (tid == kConsumerThreads) {
+      RingPosition at{};
+      for (int64_t b = 0; b < my_blocks; ++b) {
         for (int l = 0; l < p.count; ++l) {
           const int halves = tiles(p.width[l + 1]);
           for (int h = halves - 1; h >= 0; --h) {  // the consumers' order: the upper half first
@@ -346,32 +366,6 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
       *reinterpret_cast<uint4*>(act + swizzled_offset(kRows, r, col)) = make_uint4(words[0], words[1], words[2], words[3]);
     }
   };
-  // The block's input from the ring (TMA wrote it in act's layout, zeros outside x): this group's
-  // stages, copied as they are. Every warp waits for and frees every stage, the other group's too: a
-  // stage freed by its own group alone could be refilled before the other group's wait, which would
-  // then look for a phase two behind and never see it.
-  auto take_input = [&]() {
-    for (int g = 0; g < 2; ++g) {
-      for (int i = 0; i < p.input_stages; ++i, at.advance(stages)) {
-        mbarrier_wait(&full[at.stage], at.parity);
-        if (g == group) {
-          const int panels = min(kStagePanels, p.slices[0] - kStagePanels * i);
-          for (int j = 0; j < panels; ++j) {
-            const uint4* const from = reinterpret_cast<const uint4*>(ring + at.stage * kStageBytes + j * kPanelBytes);
-            uint4* const to = reinterpret_cast<uint4*>(act + (kStagePanels * i + j) * (kRows * 128) + group * kPanelBytes);
-#pragma unroll
-            for (int c = gtid; c < kPanelBytes / 16; c += 128) {
-              to[c] = from[c];
-            }
-          }
-          __syncwarp();
-        }
-        if (lane == 0) {
-          mbarrier_arrive(&empty[at.stage]);
-        }
-      }
-    }
-  };
   // The epilogue stores 16 columns of the warp's 16 rows at a time by stmatrix (four 8 x 8 tiles:
   // rows 0-7 and 8-15 of chunk j, then of chunk j + 1), lane L giving row L % 8 + 8 ((L / 8) % 2) of
   // tile L / 8: swizzled_offset's row part, and its 16-byte chunk j + L / 16 XORed with L % 8.
@@ -398,11 +392,28 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
       constexpr int kN = decltype(tile_n)::value;
       const int N = p.width[l + 1], slices = p.slices[l], halves = tiles(N);
       const bool last = l + 1 == p.count, kept = (p.kept_mask >> l) & 1u;
-      // This group's input rows (copies, or the last epilogue's stores: a kept layer's epilogue made
-      // them visible already) are in, for the async proxy too.
-      if (l == 0 || !((p.kept_mask >> (l - 1)) & 1u)) {
+      // The last layer's outputs go from registers to global memory where the next input comes by
+      // TMA, so that act is free for it; else by TMA from act (the consumers' loads of a ragged input
+      // then find the LSU free of stores: 1% faster on DLRM's bottom MLP). That layer frees act's
+      // panels for the next block's input as its MMAs finish them, unless a store to global memory may
+      // still read them (the layer before kept), then after that store.
+      const bool to_global = last && p.input_by_tma;
+      const bool frees = to_global && b + 1 < my_blocks;
+      const bool frees_early = frees && !(l > 0 && ((p.kept_mask >> (l - 1)) & 1u));
+      auto free_panels = [&](int from, int to) {
+        if (lane == 0) {
+          for (int j = from; j < min(to, p.slices[0]); ++j) {
+            mbarrier_arrive(&act_free[group * kMaxPanels + j]);
+          }
+        }
+      };
+      // This group's input rows are in, for the async proxy too: loaded by TMA, or written by its
+      // threads (a ragged input, or an epilogue whose outputs no TMA store fenced already).
+      if (l == 0 && p.input_by_tma) {
+        mbarrier_wait(&input_full[group], b & 1);
+      } else if (l == 0 || !((p.kept_mask >> (l - 1)) & 1u)) {
         if (l == 0) {  // the previous block's stores have read `act`
-          p.input_stages > 0 ? take_input() : load_ragged_input(row0);
+          load_ragged_input(row0);
         }
         fence_proxy_async();
         group_barrier(group);
@@ -451,6 +462,9 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           if (lane == 0 && s > 0) {
             mbarrier_arrive(&empty[used]);
           }
+          if (frees_early && h == 0 && s > 0) {
+            free_panels(s - 1, s);
+          }
           used = at.stage;
           at.advance(stages);
         }
@@ -464,18 +478,30 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         if (lane == 0) {
           mbarrier_arrive(&empty[used]);
         }
+        if (frees_early && h == 0) {
+          free_panels(slices - 1, kMaxPanels);
+        }
         // The output replaces the input (this group's rows only, which only its own MMAs, all done,
         // read). Whatever this epilogue overwrites, the stores to global memory have finished reading.
         if (gtid == 0) {
           bulk_wait_read<0>();
         }
         group_barrier(group);
+        if (frees && !frees_early && h == 0) {
+          free_panels(0, kMaxPanels);
+        }
         // Rounded once after the bias, then the ReLU (NaN kept, as torch.relu keeps it), into `act`'s
         // swizzled rows, panels 4 h on; zeros up to the last k-slice's end where the next layer reads
-        // them. One instance per (ReLU, full tile), so that the loop has no branch.
+        // them. To global memory instead (to_global): lanes 2 i and 2 i + 1 swap a word so that
+        // each holds 4 columns of a row, and a row's 4 lanes store 32 bytes (one sector). One
+        // instance per (ReLU, full tile, to_global), so that the loop has no branch.
         const int padded = last ? n : min((N + kSliceK - 1) / kSliceK * kSliceK - h * kTile, kTile);
         unsigned char* const to = act + h * (kTile / kSliceK) * (kRows * 128);
-        auto store_outputs = [&](auto relu, auto full_tile) {
+        const int64_t out_row = row0 + group * 64 + warp * 16 + lane / 4;
+        const bool odd = lane & 1;
+        uint16_t* const out = static_cast<uint16_t*>(p.out) + out_row * N + h * kTile + 8 * odd + 2 * (lane & 2);
+        const bool row_in = out_row < p.rows, row8_in = out_row + 8 < p.rows;
+        auto store_outputs = [&](auto relu, auto full_tile, auto global) {
 #pragma unroll
           for (int j = 0; j < kN / 8; j += 2) {
             // n is a multiple of 32: a pair of chunks is all in or all out.
@@ -497,21 +523,40 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
                 tiles[2 * i + 1] = pack2(y0, y1, T());
               }
             }
-            if (!decltype(full_tile)::value && 8 * j >= n) {
-              tiles[0] = tiles[1] = tiles[2] = tiles[3] = 0u;
+            if constexpr (decltype(global)::value) {
+              const uint32_t got0 = __shfl_xor_sync(~0u, odd ? tiles[0] : tiles[2], 1);
+              const uint32_t got1 = __shfl_xor_sync(~0u, odd ? tiles[1] : tiles[3], 1);
+              if (row_in) {
+                *reinterpret_cast<uint2*>(out + 8 * j) = odd ? make_uint2(got0, tiles[2]) : make_uint2(tiles[0], got0);
+              }
+              if (row8_in) {
+                *reinterpret_cast<uint2*>(out + 8 * N + 8 * j) =
+                    odd ? make_uint2(got1, tiles[3]) : make_uint2(tiles[1], got1);
+              }
+            } else {
+              if (!decltype(full_tile)::value && 8 * j >= n) {
+                tiles[0] = tiles[1] = tiles[2] = tiles[3] = 0u;
+              }
+              stmatrix_x4(to + stsm_row + (j / 8) * (kRows * 128) + ((((j % 8) + stsm_chunk) ^ stsm_swizzle) << 4), tiles);
             }
-            stmatrix_x4(to + stsm_row + (j / 8) * (kRows * 128) + ((((j % 8) + stsm_chunk) ^ stsm_swizzle) << 4), tiles);
           }
         };
         using yes = std::true_type;
         using no = std::false_type;
-        if ((p.relu_mask >> l) & 1u) {
-          n == kN ? store_outputs(yes(), yes()) : store_outputs(yes(), no());
+        const bool relu = (p.relu_mask >> l) & 1u;
+        if (to_global) {
+          if (relu) {
+            n == kN ? store_outputs(yes(), yes(), yes()) : store_outputs(yes(), no(), yes());
+          } else {
+            n == kN ? store_outputs(no(), yes(), yes()) : store_outputs(no(), no(), yes());
+          }
+        } else if (relu) {
+          n == kN ? store_outputs(yes(), yes(), no()) : store_outputs(yes(), no(), no());
         } else {
-          n == kN ? store_outputs(no(), yes()) : store_outputs(no(), no());
+          n == kN ? store_outputs(no(), yes(), no()) : store_outputs(no(), no(), no());
         }
       }
-      if (kept) {  // to global memory by TMA, one 64-column box at a time (rows past the end dropped)
+      if (kept && !to_global) {  // to global memory by TMA, one 64-column box at a time (rows past the end dropped)
         fence_proxy_async();
         group_barrier(group);
         if (gtid == 0) {
@@ -522,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
           bulk_commit();
         }
       }
-      if (last && b + 1 < my_blocks) {  // the next block's input may land once the stores have read these rows
+      if (last && !to_global && b + 1 < my_blocks) {  // the next input may be written once the stores have read act
         if (gtid == 0) {
           bulk_wait_read<0>();
         }
@@ -692,7 +737,9 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
     }
   }
   p.act_width = (widest + kSliceK - 1) / kSliceK * kSliceK;
-  const size_t act_bytes = size_t(kRows) * p.act_width * 2, stage_bytes = kStageBytes + 2 * sizeof(uint64_t);
+  // act and its barriers (input_full and act_free, a group's and a group's panel's), the ring and its stages'
+  const size_t act_bytes = size_t(kRows) * p.act_width * 2 + (2 + 2 * kMaxPanels) * sizeof(uint64_t),
+               stage_bytes = kStageBytes + 2 * sizeof(uint64_t);
   const size_t room = props.sharedMemPerBlockOptin > act_bytes + kAtom ? props.sharedMemPerBlockOptin - act_bytes - kAtom : 0;
   p.stages = static_cast<int>(std::min<size_t>(kMaxStages, room / stage_bytes));
   p.turns = p.stages >= most_slices + 1;
@@ -736,13 +783,14 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
       p.kept_mask |= 1u << l;
     }
   }
+  p.out = outputs[count - 1].data_ptr();
   p.blocks = (p.rows + kRows - 1) / kRows;
   p.x = x2d.data_ptr();
   if (p.width[0] % 8 == 0) {  // rows 16-byte aligned: TMA reads them
     if (!tensor_map(p.x_map, x2d, 64)) {
       return std::nullopt;
     }
-    p.input_stages = (p.slices[0] + kStagePanels - 1) / kStagePanels;
+    p.input_by_tma = true;
   }
   bool launched = false;
   if (dtype == at::kHalf) {

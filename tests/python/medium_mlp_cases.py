@@ -17,9 +17,10 @@ KERNEL = "medium_mlp_forward_kernel"
 # unused (96, 160, 224), the narrowest widths (input 16, outputs 32), many layers; 40000 rows give
 # CTAs three row blocks each, through a ring that runs ahead into the next block (also where the
 # last layer has fewer than three k-slices, and the next block's input waits for all of them).
-# Layers wider than 256 (two tiles, the upper first; a 320-wide one whose upper tile is ragged) and
-# 512-wide inputs (8 k-slices, the consumers in step: the ring holds 3, fewer than the input's 4
-# stages, over several blocks a CTA at 20000 rows); input widths that are not a
+# Layers wider than 256 (two tiles, the upper first; a 320-wide one whose upper tile is ragged; a
+# last one over several blocks a CTA, which frees act for the next input after its lower tile) and
+# 512-wide inputs (8 k-slices, 8 panels of act to free, the consumers in step: the ring holds 3, over
+# several blocks a CTA at 20000 rows); input widths that are not a
 # whole number of 16 bytes (DLRM's 13 features, 7), read element by element. Inputs of at most 16
 # columns into outputs of at most 64 take the kernel's narrow-ends instance (one k16 step for the
 # first layer, m64n64 for the last): two layers, three, and five (several middle layers, with turns),
@@ -29,7 +30,7 @@ SHAPES = [(1000, [256, 256, 256, 256, 256]), (777, [64, 256, 160, 64]), (1, [32,
           (40000, [256, 256, 64]), (40000, [64, 32]), (40000, [16, 64, 32]),
           (1000, [13, 512, 256, 64]), (40000, [13, 512, 256, 64]), (777, [16, 320, 128]),
           (300, [256, 512, 256]), (130, [512, 256, 64]), (20000, [512, 256, 64]), (5, [7, 64, 32]),
-          (40000, [16, 256, 128, 256, 64]), (3000, [1, 256, 256, 256, 32])]
+          (40000, [16, 256, 128, 256, 64]), (3000, [1, 256, 256, 256, 32]), (40000, [64, 256, 320])]
 
 
 def narrow_ends(widths):
