@@ -393,10 +393,10 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
       const int N = p.width[l + 1], slices = p.slices[l], halves = tiles(N);
       const bool last = l + 1 == p.count, kept = (p.kept_mask >> l) & 1u;
       // The last layer's outputs go from registers to global memory where the next input comes by
-      // TMA, so that act is free for it; else by TMA from act (the consumers' loads of a ragged input
-      // then find the LSU free of stores: 1% faster on DLRM's bottom MLP). That layer frees act's
-      // panels for the next block's input as its MMAs finish them, unless a store to global memory may
-      // still read them (the layer before kept), then after that store.
+      // TMA, so that act is free for it; else by TMA from act, as before the input came by TMA (the
+      // consumers' loads of a ragged input then do not queue behind stores; not measured apart). That
+      // layer frees act's panels for the next block's input as its MMAs finish them, unless a store
+      // to global memory may still read them (the layer before kept), then after that store.
       const bool to_global = last && p.input_by_tma;
       const bool frees = to_global && b + 1 < my_blocks;
       const bool frees_early = frees && !(l > 0 && ((p.kept_mask >> (l - 1)) & 1u));
