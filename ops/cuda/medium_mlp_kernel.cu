@@ -544,17 +544,14 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         using yes = std::true_type;
         using no = std::false_type;
         const bool relu = (p.relu_mask >> l) & 1u;
-        if (to_global) {
+        auto store_all = [&](auto global) {
           if (relu) {
-            n == kN ? store_outputs(yes(), yes(), yes()) : store_outputs(yes(), no(), yes());
+            n == kN ? store_outputs(yes(), yes(), global) : store_outputs(yes(), no(), global);
           } else {
-            n == kN ? store_outputs(no(), yes(), yes()) : store_outputs(no(), no(), yes());
+            n == kN ? store_outputs(no(), yes(), global) : store_outputs(no(), no(), global);
           }
-        } else if (relu) {
-          n == kN ? store_outputs(yes(), yes(), no()) : store_outputs(yes(), no(), no());
-        } else {
-          n == kN ? store_outputs(no(), yes(), no()) : store_outputs(no(), no(), no());
-        }
+        };
+        to_global ? store_all(yes()) : store_all(no());
       }
       if (kept && !to_global) {  // to global memory by TMA, one 64-column box at a time (rows past the end dropped)
         fence_proxy_async();
