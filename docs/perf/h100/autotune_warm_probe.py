@@ -1,8 +1,9 @@
 """Does the cuBLASLt autotuner's pick for mlp-512x4's forward GEMMs (32768 x 512 x 512, ~37 µs, timed
 in short bursts) depend on how busy the GPU was before? One process: optionally a burst of large
 matmuls (--prewarm-ms), then one fused_mlp forward (the autotuner runs; HYPATIA_CUBLASLT_LOG=1 prints
-its timings and picks on stderr), then 200 forwards timed by CUDA events (GPU-bound: ~135 µs each), on the input the autotuner ran on and
-on three copies of it placed elsewhere in memory (does a pick's speed depend on where the buffers lie?).
+its timings and picks on stderr), then 200 forwards timed by CUDA events (GPU-bound: ~135 µs each) on
+the input the autotuner ran on and on three copies of it placed elsewhere in memory (does a pick's
+speed depend on where the buffers lie?).
 Usage: HYPATIA_CUBLASLT_LOG=1 python3 docs/perf/h100/autotune_warm_probe.py --dtype bfloat16 --prewarm-ms 0"""
 import argparse
 
@@ -51,7 +52,8 @@ def main():
         for k in range(3):
             kept.append(torch.empty((k + 1) * 7 << 20, dtype=torch.uint8, device="cuda"))
             times.append(forward_us(x.clone()))
-    print(f"forward {args.dtype} prewarm {args.prewarm_ms:g} ms, us: " + " ".join(f"{t:.1f}" for t in times), flush=True)
+    print(f"forward {args.dtype} prewarm {args.prewarm_ms:g} ms, us: " + " ".join(f"{t:.1f}" for t in times),
+          flush=True)
 
 
 if __name__ == "__main__":
