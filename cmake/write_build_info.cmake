@@ -1,5 +1,5 @@
 # cmake -DOUTPUT=... -DSOURCE_DIR=... -DGIT_EXECUTABLE=... -DVERSION=... -DTORCH=... -DCUDA=...
-#       -DCUDA_KERNELS=... -DCUDA_ARCHITECTURES=... -DCXX11_ABI=... -P write_build_info.cmake
+#       -DCUDA_KERNELS=... -DCUTLASS_KERNELS=... -DCUDA_ARCHITECTURES=... -DCXX11_ABI=... -P write_build_info.cmake
 # Writes OUTPUT, the library's build metadata (CMakeLists.txt, target hypatia_build_info): the
 # configure-time facts given as JSON values, plus SOURCE_DIR's git commit now ("-dirty" when tracked
 # files differ from it; "unknown" outside a git checkout, e.g. from an sdist).
@@ -22,6 +22,7 @@ file(CONFIGURE OUTPUT "${OUTPUT}" @ONLY CONTENT [[{
   "torch": "@TORCH@",
   "cuda": @CUDA@,
   "cuda_kernels": @CUDA_KERNELS@,
+  "cutlass_kernels": @CUTLASS_KERNELS@,
   "cuda_architectures": [@CUDA_ARCHITECTURES@],
   "cxx11_abi": @CXX11_ABI@,
   "git_commit": "@commit@"

@@ -203,6 +203,14 @@ std::pair<at::Tensor, at::Tensor> relu_grad_cuda(
     const at::Tensor& grad2d, const at::Tensor& relu_out2d, bool bias_grad);
 // sums [K] = m2d [M, K] summed over its rows, as relu_backward_cuda_ sums.
 void column_sums_cuda(const at::Tensor& m2d, at::Tensor& sums);
+// grad_input [M, K] = threshold_backward(g [M, N] @ w [N, K], relu_out [M, K], 0) in one CUTLASS GEMM
+// on sm_90, then, where grad_bias [K] is defined, its sums over rows as column_sums_cuda
+// (ops/cuda/relu_input_grad_kernel.cu): half or bfloat16, all four dense and 16-byte aligned, N and K
+// multiples of 8, M > 0. Returns false, doing nothing, on problems it does not cover, on other GPUs
+// and in builds without CUTLASS.
+bool relu_input_grad_fused_cuda(
+    const at::Tensor& g, const at::Tensor& w, const at::Tensor& relu_out, at::Tensor& grad_input,
+    at::Tensor& grad_bias);
 // The backward of a ReLU layer with a narrow input (ops/cuda/narrow_input_backward_kernel.cu), in one
 // kernel over its gradient: whether it takes relu_out2d [M, N] (the layer's saved output),
 // input2d [M, K] and w [N, K] (half or bfloat16, K <= 16, N <= 512 and a multiple of 8, M > 0, the

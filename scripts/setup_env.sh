@@ -7,12 +7,14 @@ if [ "${HYPATIA_SYSTEM_PYTHON:-0}" = 1 ]; then
   HYPATIA_PY="$(command -v python3)"
 else
   _venv="${HYPATIA_VENV:-$_root/.venv}"
-  if ! cmp -s "$_venv/.hypatia-requirements" "$_root/scripts/requirements.txt"; then
-    echo "setup: creating $_venv (torch and friends from scripts/requirements.txt)"
+  _requirements=("$_root/scripts/requirements.txt" "$_root/scripts/requirements-headers.txt")
+  if ! cat "${_requirements[@]}" | cmp -s "$_venv/.hypatia-requirements" -; then
+    echo "setup: creating $_venv (torch and friends from scripts/requirements.txt, headers from requirements-headers.txt)"
     python3 -m venv "$_venv" || return 1
     "$_venv/bin/python" -m pip install -q --upgrade pip || return 1
     "$_venv/bin/python" -m pip install -q -r "$_root/scripts/requirements.txt" || return 1
-    cp "$_root/scripts/requirements.txt" "$_venv/.hypatia-requirements"
+    "$_venv/bin/python" -m pip install -q --no-deps -r "$_root/scripts/requirements-headers.txt" || return 1
+    cat "${_requirements[@]}" > "$_venv/.hypatia-requirements"
   fi
   HYPATIA_PY="$_venv/bin/python"
 fi

@@ -231,10 +231,17 @@ bool autotune_enabled() {
   return enabled;
 }
 
-// HYPATIA_SKINNY_LINEAR: unset, the own kernel is timed with the rest (kChosen); "0", never used;
-// "1", used wherever it applies, untimed (how the tests reach it on every problem it covers).
-EnvSwitch own_kernel_mode() {
+// The library's own kernels' switches: unset, the kernel is timed with the rest (kChosen); "0",
+// never used; "1", used wherever it applies, untimed (how the tests reach it on every problem it
+// covers). HYPATIA_SKINNY_LINEAR: the forward of few rows (ops/cuda/skinny_linear_kernel.cu);
+// HYPATIA_FUSED_INPUT_GRAD: a hidden layer's input gradient with its ReLU backward and bias sums
+// (ops/cuda/relu_input_grad_kernel.cu).
+EnvSwitch skinny_linear_mode() {
   static const EnvSwitch mode = env_switch("HYPATIA_SKINNY_LINEAR");
+  return mode;
+}
+EnvSwitch fused_input_grad_mode() {
+  static const EnvSwitch mode = env_switch("HYPATIA_FUSED_INPUT_GRAD");
   return mode;
 }
 
@@ -546,7 +553,7 @@ void time_in_steady_state(Timer& timer, std::vector<Contender>& contenders, cons
 
 // Runs `plan` with the way chosen for its key. On first use, `aten` (the unfused way to the same
 // result), `own_kernel` (the library's kernel for the problem: false, doing nothing, where it does
-// not apply) and the heuristic's candidates are timed; on long problems (kWideSearchMs) their
+// not apply; `own_mode` its switch) and the heuristic's candidates are timed; on long problems (kWideSearchMs) their
 // variants too, all in steady state. The fastest that `acceptable` passes (ATen's and the own
 // kernel always do) is cached. Returns false when `aten` should run instead: chosen as fastest, no
 // candidate, or none chosen yet while the stream is captured into a CUDA graph (whose capture
@@ -556,7 +563,7 @@ void time_in_steady_state(Timer& timer, std::vector<Contender>& contenders, cons
 template <typename Aten, typename Acceptable, typename Prepare, typename OwnKernelRun>
 bool run_fastest(
     const LtPlan& plan, const Aten& aten, const Acceptable& acceptable, const Prepare& prepare,
-    const OwnKernelRun& own_kernel) {
+    const OwnKernelRun& own_kernel, EnvSwitch own_mode) {
   using Way = AlgoChoice::Way;
   // Runs a choice whose plan is prepared: false where the unfused way should run instead.
   auto run_choice = [&](const AlgoChoice& choice) {
@@ -589,7 +596,7 @@ bool run_fastest(
     // The last timed or probed run may have been another contender: write the result with this one.
     return run_choice(choice);
   };
-  if (own_kernel_mode() == EnvSwitch::kOn && own_kernel()) {
+  if (own_mode == EnvSwitch::kOn && own_kernel()) {
     return decide(AlgoChoice{Way::own_kernel}, "own kernel untimed", "own");
   }
   prepare();
@@ -624,7 +631,7 @@ bool run_fastest(
   std::string timings;
   if (search_mode() != Search::variants) {
     contenders.push_back({AlgoChoice{Way::aten}, "aten"});
-    if (own_kernel_mode() == EnvSwitch::kChosen) {
+    if (own_mode == EnvSwitch::kChosen) {
       contenders.push_back({AlgoChoice{Way::own_kernel}, "own"});
     }
     for (size_t i = 0; i < picks.size(); ++i) {
@@ -677,7 +684,7 @@ bool no_own_kernel() {
 
 template <typename Aten, typename Acceptable>
 bool run_fastest(const LtPlan& plan, const Aten& aten, const Acceptable& acceptable) {
-  return run_fastest(plan, aten, acceptable, [] {}, no_own_kernel);
+  return run_fastest(plan, aten, acceptable, [] {}, no_own_kernel, EnvSwitch::kOff);
 }
 
 // For problems without an epilogue whose results a probe must vet.
@@ -736,7 +743,7 @@ bool linear_act_lt(const at::Tensor& x, const at::Tensor& w, const OptionalTenso
   };
   return run_fastest(
       plan, [&] { linear_act_aten(x, w, b, relu, out); }, acceptable, [] {},
-      [&] { return skinny_linear_cuda(x, w, b, relu, out); });
+      [&] { return skinny_linear_cuda(x, w, b, relu, out); }, skinny_linear_mode());
 }
 
 // The dot products' length k rounded up to a whole number of 16 bytes of t's elements. cuBLAS(Lt)'s
@@ -863,11 +870,17 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
   if (cached && cached->way == AlgoChoice::Way::aten) {
     return aten();
   }
-  // The ReLU's mask as bits, which the DRELU epilogue reads: packed only when that runs.
-  at::Tensor bits = at::empty({M, row_bytes}, g.options().dtype(at::kByte));
-  auto pack_bits = [&] { pack_relu_mask_cuda(relu_out2d.contiguous(), bits); };
   at::Tensor grad_input = at::empty({M, K}, g.options());
   at::Tensor grad_bias = bias_grad ? at::empty({K}, g.options()) : at::Tensor();
+  // The library's GEMM with the ReLU backward and the bias sums in its epilogue.
+  const at::Tensor relu_out = relu_out2d.contiguous();
+  auto fused = [&] { return relu_input_grad_fused_cuda(g, wc, relu_out, grad_input, grad_bias); };
+  if (cached && cached->way == AlgoChoice::Way::own_kernel) {
+    return fused() ? std::pair{grad_input, grad_bias} : aten();
+  }
+  // The ReLU's mask as bits, which the DRELU epilogue reads: packed only when that runs.
+  at::Tensor bits = at::empty({M, row_bytes}, g.options().dtype(at::kByte));
+  auto pack_bits = [&] { pack_relu_mask_cuda(relu_out, bits); };
   const LtPlan plan(
       problem(g.data_ptr(), grad_input.data_ptr(), bias_grad ? grad_bias.data_ptr() : nullptr, bits.data_ptr()),
       g.scalar_type(), g.get_device());
@@ -892,7 +905,7 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
     return probe->run(algo) == CUBLAS_STATUS_SUCCESS && d_p[0].eq(0).all().item<bool>() &&
         (M == 1 || d_p[1].isnan().all().item<bool>());
   };
-  if (run_fastest(plan, [&] { aten(); }, as_eager, pack_bits, no_own_kernel)) {
+  if (run_fastest(plan, [&] { aten(); }, as_eager, pack_bits, fused, fused_input_grad_mode())) {
     return {grad_input, grad_bias};
   }
   return aten();

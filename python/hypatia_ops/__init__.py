@@ -111,7 +111,9 @@ def _check_build_info(info: Dict[str, Any], library: Path) -> None:
 def build_info() -> Dict[str, Any]:
     """What the loaded library was built for and from: ``version``, ``torch`` (the release it was
     built against), ``cuda`` (the CUDA version of that torch build, None for a CPU-only torch),
-    ``cuda_kernels`` (whether it has its CUDA kernels), ``cuda_architectures``, ``cxx11_abi``
+    ``cuda_kernels`` (whether it has its CUDA kernels), ``cutlass_kernels`` (whether it has the
+    CUTLASS GEMM that fuses a hidden layer's input gradient with its ReLU backward, Hopper builds
+    only), ``cuda_architectures``, ``cxx11_abi``
     and ``git_commit`` (with ``-dirty`` when the tree had changes; ``unknown`` without git)."""
     return dict(_BUILD_INFO)
 

@@ -41,6 +41,7 @@ def test_build_info_describes_the_loaded_library():
     assert info["cxx11_abi"] == torch._C._GLIBCXX_USE_CXX11_ABI
     assert info["cuda_kernels"] == bool(info["cuda_architectures"])
     assert not info["cuda_kernels"] or info["cuda"] is not None
+    assert not info["cutlass_kernels"] or ("90" in info["cuda_architectures"] or "90-real" in info["cuda_architectures"])
     if run(["git", "-C", REPO, "rev-parse", "HEAD"]).returncode != 0:
         pytest.skip("no git checkout here to look the commit up in")
     commit = info["git_commit"].removesuffix("-dirty")
@@ -57,11 +58,11 @@ def test_build_info_script_writes_the_current_commit(tmp_path):
     out = tmp_path / "info.json"
     result = run(["cmake", f"-DOUTPUT={out}", f"-DGIT_EXECUTABLE={shutil.which('git')}", f"-DSOURCE_DIR={REPO}",
                   "-DVERSION=1.2.3", "-DTORCH=2.11.0", "-DCUDA=null", "-DCUDA_KERNELS=false",
-                  "-DCUDA_ARCHITECTURES=", "-DCXX11_ABI=true", "-P", REPO / "cmake" / "write_build_info.cmake"])
+                  "-DCUTLASS_KERNELS=false", "-DCUDA_ARCHITECTURES=", "-DCXX11_ABI=true", "-P", REPO / "cmake" / "write_build_info.cmake"])
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text()) == {
-        "version": "1.2.3", "torch": "2.11.0", "cuda": None, "cuda_kernels": False, "cuda_architectures": [],
-        "cxx11_abi": True, "git_commit": head.stdout.strip() + ("-dirty" if dirty else "")}
+        "version": "1.2.3", "torch": "2.11.0", "cuda": None, "cuda_kernels": False, "cutlass_kernels": False,
+        "cuda_architectures": [], "cxx11_abi": True, "git_commit": head.stdout.strip() + ("-dirty" if dirty else "")}
 
 
 def import_with_build_info(tmp_path, info):
@@ -98,7 +99,7 @@ def test_matching_build_info_imports(tmp_path):
 def test_cpu_only_build_info_imports_with_this_torch(tmp_path):
     """A library built against a CPU-only torch (cuda null) links no CUDA library: a CUDA torch of
     its series runs it too."""
-    info = dict(hypatia_ops.build_info(), cuda=None, cuda_kernels=False, cuda_architectures=[])
+    info = dict(hypatia_ops.build_info(), cuda=None, cuda_kernels=False, cutlass_kernels=False, cuda_architectures=[])
     result = import_with_build_info(tmp_path, info)
     assert result.returncode == 0, result.stderr
 
