@@ -234,7 +234,7 @@ bool autotune_enabled() {
 // The library's own kernels' switches: unset, the kernel is timed with the rest (kChosen); "0",
 // never used; "1", used wherever it applies, untimed (how the tests reach it on every problem it
 // covers). HYPATIA_SKINNY_LINEAR: the forward of few rows (ops/cuda/skinny_linear_kernel.cu);
-// HYPATIA_FUSED_INPUT_GRAD: a hidden layer's input gradient with its ReLU backward and bias sums
+// HYPATIA_FUSED_INPUT_GRAD: a hidden layer's input gradient with its ReLU backward in the GEMM
 // (ops/cuda/relu_input_grad_kernel.cu).
 EnvSwitch skinny_linear_mode() {
   static const EnvSwitch mode = env_switch("HYPATIA_SKINNY_LINEAR");
@@ -872,7 +872,7 @@ std::pair<at::Tensor, at::Tensor> relu_input_grad_cuda(
   }
   at::Tensor grad_input = at::empty({M, K}, g.options());
   at::Tensor grad_bias = bias_grad ? at::empty({K}, g.options()) : at::Tensor();
-  // The library's GEMM with the ReLU backward and the bias sums in its epilogue.
+  // The library's GEMM with the ReLU backward in its epilogue, then the bias by the column-sum pass.
   const at::Tensor relu_out = relu_out2d.contiguous();
   auto fused = [&] { return relu_input_grad_fused_cuda(g, wc, relu_out, grad_input, grad_bias); };
   if (cached && cached->way == AlgoChoice::Way::own_kernel) {

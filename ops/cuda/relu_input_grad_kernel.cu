@@ -6,7 +6,7 @@
 // pass. The unfused way writes g @ w, then reads it back with relu_out and writes the masked
 // gradient (ops/cuda/relu_backward_sums_kernel.cu): two passes over the gradient more. The bias
 // sums stay out of the epilogue: CUTLASS's (LinCombDeEltActDePerRowBias) and cuBLASLt's (DRELU_BGRAD)
-// made the GEMM 1.5-4x slower on the H100, where the ReLU alone costs it 0-25 us
+// made the GEMM 1.4-4.1x slower on the H100, where the ReLU alone costs it 0-28 us
 // (docs/perf/experiments.md, "Input gradient with the ReLU backward in the GEMM"). Ping-pong
 // schedule, 128 x 128 tiles: one warpgroup's epilogue runs under the other's MMAs.
 // In CUTLASS's column-major terms: M = the layer's input width, N = rows, K = its output width;

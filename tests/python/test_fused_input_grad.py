@@ -1,5 +1,5 @@
 """The fused input-gradient kernel (ops/cuda/relu_input_grad_kernel.cu: a hidden layer's input
-gradient, eager's ReLU backward and the bias sums in one CUTLASS GEMM on sm_90), forced onto every
+gradient with eager's ReLU backward in one CUTLASS GEMM on sm_90, the bias sums after it), forced onto every
 problem it covers (HYPATIA_FUSED_INPUT_GRAD=1, read once per process, hence the subprocesses) and
 checked against float64 and eager; the autotuner's log must name it for each covered problem and
 for no other. Every other choice is forced too (HYPATIA_CUBLASLT_AUTOTUNE=0), so that no result
