@@ -9,7 +9,6 @@ from CUDA graphs, in one process, and the goals' budgets: 70% of the forward's f
 step's, and 1.5x eager's graphed step. A budget below the GEMMs' sum asks the step's GEMMs to run
 faster than cuBLAS runs them alone. Shapes, floors and data are scripts/bench_ops.py's.
 Usage: python3 docs/perf/h100/step_gemms.py [--dtypes bfloat16,float16] [--rows dlrm-bottom,...]"""
-import argparse
 import sys
 from pathlib import Path
 
@@ -17,24 +16,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "h200"))
-from bench_ops import (NAMED_MLPS, Case, eager_fn, hypatia_fn, make_set, measure_ceilings,  # noqa: E402
-                       time_interleaved, timing_budget)
-from graphed_training import graphed  # noqa: E402
+from bench_ops import Case, eager_fn, hypatia_fn, make_set, time_interleaved, timing_budget  # noqa: E402
+from graphed_training import capture, graphed, rows_dtypes_and_ceilings  # noqa: E402
 
 REPEATS = 10  # GEMM calls in one graph
-
-
-def capture(work):
-    """A CUDA graph of `work` (warmed up on a side stream first)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        work()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        work()
-    return graph
 
 
 def gemm(a, b):
@@ -79,19 +64,12 @@ def chained(fwd, dgrad, wgrad, two_streams):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--dtypes", default="bfloat16,float16")
-    p.add_argument("--rows", default=",".join(n for n in NAMED_MLPS if n != "tiny-ragged"))
-    args = p.parse_args()
-    dtypes = args.dtypes.split(",")
-    ceilings = measure_ceilings("cuda", dtypes, False, None)
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; copy {ceilings['copy_GBps']:.0f} GB/s, GEMM "
-          + ", ".join(f"{d} {v / 1e3:.0f} TFLOP/s" for d, v in ceilings["gemm_GFLOPs"].items()))
+    rows, dtypes, ceilings = rows_dtypes_and_ceilings()
     print("| row | dtype | fwd: floor / 70% budget / GEMMs alone / eager, hypatia graphed | step: floor / 50% budget "
           "/ GEMMs alone / chained one stream, two / eager, hypatia graphed / 1.5x eager budget |")
     print("| --- | --- | --- | --- |")
     budget = timing_budget("cuda", False)
-    for name in args.rows.split(","):
+    for name in rows:
         for dtype in dtypes:
             case = Case.named(name, dtype)
             x, ws, bs, gout = make_set(case, "cuda", True, torch.Generator("cuda").manual_seed(0))
@@ -100,17 +78,15 @@ def main():
             for kind, gemms in (("fwd", fwd), ("dgrad", dgrad), ("wgrad", wgrad)):
                 for i, layouts in enumerate(gemms):
                     for j, call in enumerate(layouts):
-                        g = capture(lambda call=call: [call() for _ in range(REPEATS)])
+                        g, _ = capture(lambda call=call: [call() for _ in range(REPEATS)])
                         timed[(kind, i, j)] = (lambda _, g=g: g.replay(), None)
-            chains = {s: capture(chained(fwd, dgrad, wgrad, s)) for s in (False, True)}
+            chains = {s: capture(chained(fwd, dgrad, wgrad, s))[0] for s in (False, True)}
             for s, g in chains.items():
                 timed[("chain", s)] = (lambda _, g=g: g.replay(), None)
             for who, fn in (("eager", eager_fn(case)), ("hypatia", hypatia_fn(case))):
                 timed[(who, "step")] = (lambda _, g=graphed(fn, x, ws, bs, gout)[0]: g.replay(), None)
                 with torch.no_grad():
-                    for _ in range(3):
-                        fn(x, ws, bs)  # the autotuner decides outside the capture
-                    g = capture(lambda fn=fn: fn(x, ws, bs))
+                    g, _ = capture(lambda fn=fn: fn(x, ws, bs))
                 timed[(who, "fwd")] = (lambda _, g=g: g.replay(), None)
             ms = {k: m for k, (m, _, _) in time_interleaved(timed, 1, "cuda", budget).items()}
             alone = {kind: sum(min(ms[(kind, i, 0)], ms[(kind, i, 1)]) / REPEATS for i in range(len(ws)))

@@ -21,21 +21,28 @@ def step(fn, x, ws, bs, gout):
     return torch.autograd.grad(fn(x, ws, bs), [x] + ws + bs, gout)
 
 
-def graphed(fn, x, ws, bs, gout):
-    """A CUDA graph of one step (warmed up on a side stream first): its replay and its gradients."""
+def capture(work):
+    """A CUDA graph of work() (warmed up on a side stream first, where the autotuner decides; a
+    capture may not time) and what the captured call returned."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            step(fn, x, ws, bs, gout)
+            work()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        grads = step(fn, x, ws, bs, gout)
-    return graph, grads
+        out = work()
+    return graph, out
 
 
-def main():
+def graphed(fn, x, ws, bs, gout):
+    """A CUDA graph of one step: its replay and its gradients."""
+    return capture(lambda: step(fn, x, ws, bs, gout))
+
+
+def rows_dtypes_and_ceilings():
+    """--rows and --dtypes, and the GEMM and copy ceilings measured here, printed as a header line."""
     p = argparse.ArgumentParser()
     p.add_argument("--dtypes", default="bfloat16,float16")
     p.add_argument("--rows", default=",".join(n for n in NAMED_MLPS if n != "tiny-ragged"))
@@ -44,10 +51,15 @@ def main():
     ceilings = measure_ceilings("cuda", dtypes, False, None)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; copy {ceilings['copy_GBps']:.0f} GB/s, GEMM "
           + ", ".join(f"{d} {v / 1e3:.0f} TFLOP/s" for d, v in ceilings["gemm_GFLOPs"].items()))
+    return args.rows.split(","), dtypes, ceilings
+
+
+def main():
+    rows, dtypes, ceilings = rows_dtypes_and_ceilings()
     print("| row | dtype | eager | hypatia | eager graphed | hypatia graphed | hyp/eager | hyp/eager graphed "
           "| hyp graphed %floor | host share of hypatia |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name in args.rows.split(","):
+    for name in rows:
         for dtype in dtypes:
             case = Case.named(name, dtype)
             x, ws, bs, gout = make_set(case, "cuda", True, torch.Generator("cuda").manual_seed(0))
