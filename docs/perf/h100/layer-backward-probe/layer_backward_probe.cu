@@ -32,7 +32,7 @@ constexpr int kPanelBytes = kRows * 128;           // 64 rows x 64 columns
 constexpr int kBlockBytes = 4 * kPanelBytes;       // a [64, 256] block
 constexpr int kStageBytes = 2 * kBlockBytes;       // g's block, then x's
 #ifndef PROBE_STAGES
-#define PROBE_STAGES 2
+#define PROBE_STAGES 3
 #endif
 constexpr int kStages = PROBE_STAGES;
 constexpr int kWeightBytes = kWidth * 128;  // w[:, quarter]: 256 rows of 64 columns
@@ -470,7 +470,7 @@ extern "C" int layer_backward(int dtype, const void* g, const void* x, const voi
 
 extern "C" int layer_backward_smem_bytes() { return kSmemBytes; }
 
-// Clusters (multicast build) or CTAs resident at once, by the occupancy API; -1 on error.
+// Groups (of four CTAs) resident at once, by the occupancy API: clusters in the multicast build; -1 on error.
 extern "C" int layer_backward_max_active(int groups) {
   const void* kernel = reinterpret_cast<const void*>(&layer_backward_kernel<__nv_bfloat16>);
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
@@ -496,6 +496,6 @@ extern "C" int layer_backward_max_active(int groups) {
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
     return -1;
   }
-  return per_sm * sms;
+  return per_sm * sms / 4;
 #endif
 }

@@ -133,7 +133,7 @@ def main():
     ap.add_argument("libs", nargs="+")
     ap.add_argument("--rows", type=int, default=65536)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--groups", type=int, nargs="*", default=None)
+    ap.add_argument("--groups", type=int, nargs="*", default=None, help="0: as many as are resident at once")
     args = ap.parse_args()
     libs = {path.rsplit("/", 1)[-1]: load(path) for path in args.libs}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -169,9 +169,10 @@ def main():
                       "eager g.t()@x": graph_of(lambda: g.t() @ x),
                       "eager g.sum(0)": graph_of(lambda: g.sum(0))}
         for name, lib in libs.items():
-            for groups in args.groups or [sms // 4]:
-                print(f"{name}: {lib.layer_backward_max_active(groups)} CTAs (or clusters) resident at once;"
-                      f" {groups} groups launch {4 * groups} CTAs")
+            resident = lib.layer_backward_max_active(sms // 4)
+            resident = resident if resident > 0 else sms // 4
+            print(f"{name}: {resident} groups of 4 CTAs resident at once")
+            for groups in [resident if gr == 0 else gr for gr in args.groups or [0]]:
                 probe = Probe(lib, g, x, w, groups)
                 contenders[f"{name} step, {groups} groups"] = graph_of(probe.step)
                 contenders[f"{name} kernel, {groups} groups"] = graph_of(probe.kernel)
