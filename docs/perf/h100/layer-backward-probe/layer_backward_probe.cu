@@ -15,6 +15,9 @@
 // m64n256k16 with both operands MN-major (the rows are the reduction), db by m64n8k16 against a
 // tile of ones. Warpgroup 1: dx[:, q] = g w[:, q] by m64n64k16 (w's quarter N-major, resident),
 // masked by x's quarter from the stage, stored from registers. Warpgroup 2: one TMA thread.
+// The library's conversions and masks (pack2, above_zero_or_nan2): build with -I at the repository root.
+#include "ops/cuda/mma_primitives.cuh"
+
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -25,6 +28,9 @@
 #include <type_traits>
 
 namespace {
+
+using hypatia::ops::above_zero_or_nan2;
+using hypatia::ops::pack2;
 
 constexpr int kRows = 64;
 constexpr int kWidth = 256;
@@ -214,22 +220,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
   for (int i = 0; i < N; ++i) {
     asm volatile("" : "+f"(d[i])::"memory");
   }
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-// 0xffff in each half whose value is > 0 or NaN: where threshold_backward(·, x, 0) keeps the gradient.
-__device__ __forceinline__ uint32_t above_zero_or_nan2(uint32_t v, __half) {
-  return __hgtu2_mask(*reinterpret_cast<const __half2*>(&v), __float2half2_rn(0.f));
-}
-__device__ __forceinline__ uint32_t above_zero_or_nan2(uint32_t v, __nv_bfloat16) {
-  return __hgtu2_mask(*reinterpret_cast<const __nv_bfloat162*>(&v), __float2bfloat162_rn(0.f));
 }
 
 // A consumer warp is done with a stage: with multicast, every CTA of the cluster refills part of it.
