@@ -568,8 +568,6 @@ extern "C" int layer_backward(int dtype, const void* g, const void* x, const voi
   return half ? launch<__half>(p, mode, groups, stream) : launch<__nv_bfloat16>(p, mode, groups, stream);
 }
 
-extern "C" int layer_backward_smem_bytes() { return kSmemBytes; }
-
 // Groups (of four CTAs) resident at once, by the occupancy API: clusters in the multicast build; -1 on error.
 extern "C" int layer_backward_max_active(int groups) {
   const void* kernel = reinterpret_cast<const void*>(&layer_backward_kernel<__nv_bfloat16, 0>);
