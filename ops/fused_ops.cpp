@@ -120,6 +120,7 @@ const BackwardGemms aten_gemms{
       return relu_backward_and_bias_grad(grad2d.mm(w), relu_out2d, bias_grad);
     },
     aten_relu_grad,
+    nullptr,
     nullptr};
 
 std::vector<at::Tensor> fused_linear_relu_backward_with(
@@ -164,30 +165,45 @@ std::vector<at::Tensor> fused_mlp_backward_with(
     saved_outputs[layers - 1].reset();
   }
   for (size_t i = layers; i-- > 0;) {
-    // Below the top layer relu_input_grad has already summed this layer's bias gradient, and at the
-    // top relu_grad where ReLU follows it.
-    const bool top_sums = i + 1 == layers && !relu_last;
-    if (params_grad) {
-      at::Tensor summed;
-      std::tie(grad_weights[i], summed) =
-          gemms.weight_grads(grad, as_rows(i == 0 ? input : saved_outputs[i - 1]), top_sums && has_bias.get(i));
-      if (top_sums) {
-        grad_biases[i] = summed;
+    // Layer i's bias gradient, unless summed already: by relu_grad at the top where ReLU follows it,
+    // below that by the layer above's relu_input_grad.
+    const bool bias_grad = params_grad && has_bias.get(i) && !grad_biases[i].defined();
+    const at::Tensor h = as_rows(i == 0 ? input : saved_outputs[i - 1]);
+    auto weight_grads = [&] {
+      if (params_grad) {
+        at::Tensor summed;
+        std::tie(grad_weights[i], summed) = gemms.weight_grads(grad, h, bias_grad);
+        if (bias_grad) {
+          grad_biases[i] = summed;
+        }
       }
-    }
+    };
     if (i == 1 && gemms.relu_bottom_grads != nullptr) {
       if (auto bottom = gemms.relu_bottom_grads(
-              grad, weights[1], as_rows(saved_outputs[0]), as_rows(input), weights[0], params_grad,
-              params_grad && has_bias.get(0), input_grad)) {
+              grad, weights[1], h, as_rows(input), weights[0], params_grad, params_grad && has_bias.get(0),
+              input_grad)) {
+        weight_grads();
         grad_weights[0] = (*bottom)[0];
         grad_biases[0] = (*bottom)[1];
         grad = (*bottom)[2];
         break;
       }
     }
+    if (i > 0 && params_grad && gemms.relu_layer_grads != nullptr) {
+      if (auto fused = gemms.relu_layer_grads(grad, weights[i], h, bias_grad)) {
+        grad_weights[i] = (*fused)[0];
+        if (bias_grad) {
+          grad_biases[i] = (*fused)[1];
+        }
+        grad = (*fused)[2];
+        saved_outputs[i - 1].reset();
+        continue;
+      }
+    }
+    weight_grads();
     if (i > 0) {
       std::tie(grad, grad_biases[i - 1]) =
-          gemms.relu_input_grad(grad, weights[i], as_rows(saved_outputs[i - 1]), params_grad && has_bias.get(i - 1));
+          gemms.relu_input_grad(grad, weights[i], h, params_grad && has_bias.get(i - 1));
       saved_outputs[i - 1].reset();  // read for the last time, by layer i's weight gradient and this
     } else if (input_grad) {
       grad = gemms.input_grad(grad, weights[i]);

@@ -195,7 +195,8 @@ Grads blocked_backward(
 // gradient by cpu_input_grad and the weight gradient by cpu_weight_grads, whose other layers stay
 // with ATen: on the AMD EPYC oneDNN's (mkldnn_linear_backward_weights, or the inner product on
 // transposed copies) ran 0.79-0.98x MKL's.
-const BackwardGemms cpu_gemms{cpu_input_grad, cpu_weight_grads, cpu_relu_input_grad, aten_relu_grad, nullptr};
+const BackwardGemms cpu_gemms{
+    cpu_input_grad, cpu_weight_grads, cpu_relu_input_grad, aten_relu_grad, nullptr, nullptr};
 
 }  // namespace
 

@@ -20,7 +20,9 @@
 // columns into a last layer of at most 64 outputs takes an instance of its own (kNarrowEnds).
 // Taken where measured faster than the per-layer path (medium_policy below; docs/perf/experiments.md).
 #include "ops/fused_ops.h"
+#include "ops/cuda/hopper.h"
 #include "ops/cuda/kernel_launch.h"
+#include "ops/cuda/hopper_primitives.cuh"
 #include "ops/cuda/mma_primitives.cuh"
 
 #include <ATen/core/Tensor.h>
@@ -29,12 +31,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -81,6 +81,8 @@ struct Params {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using namespace hopper;
+
 constexpr int kPanelBytes = 64 * kSliceK * 2;  // a panel of a consumer group's rows of act
 
 // A slice's place in the ring, stepped by counting: the stage count is a launch parameter, and a
@@ -112,74 +114,10 @@ __device__ __forceinline__ int swizzled_offset(int rows, int r, int k) {
   return (k >> 6) * (rows * 128) + r * 128 + ((((k >> 3) & 7) ^ (r & 7)) << 4) + (k & 7) * 2;
 }
 
-// A descriptor of a 128-byte-swizzled K-major operand (atoms 1024-byte aligned, so base offset 0):
-// start address, leading offset 16 bytes (unused: a k16 step stays inside the 128-byte row), stride
-// offset 1024 bytes, swizzle mode 1 (128 bytes) in bits 62-63. A k16 step moves the start 32 bytes.
+// A 128-byte-swizzled K-major operand's descriptor; a k16 step moves the start 32 bytes.
 __device__ __forceinline__ uint64_t descriptor(const void* smem) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(kAtom >> 4) << 32) |
-      (uint64_t(1) << 62);
+  return desc_sw128(smem, 16, kAtom);
 }
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-}
-// Until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-}
-// The box of `map` at (column k, row) into `to`, counted on `bar`.
-__device__ __forceinline__ void tma_load(void* to, const CUtensorMap* map, int k, int row, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-          "r"(smem_address(to)),
-      "l"(map), "r"(k), "r"(row), "r"(smem_address(bar))
-      : "memory");
-}
-// The box of `map` at (column col, row row) from `from`, in this thread's bulk group.
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* from, int col, int row) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(col),
-               "r"(row), "r"(smem_address(from))
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Until at most N of this thread's bulk groups still read shared memory / are unfinished.
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Rows of four 8 x 8 tiles of 16-bit pairs into shared memory (lane L addresses row L % 8 of tile
-// L / 8; register i holds this lane's pair of tile i, in mma's accumulator layout).
-__device__ __forceinline__ void stmatrix_x4(void* to, const uint32_t (&tiles)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address(to)),
-               "r"(tiles[0]), "r"(tiles[1]), "r"(tiles[2]), "r"(tiles[3])
-               : "memory");
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// cp.async's and plain stores' writes to shared memory, made visible to wgmma's reads.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // The 128 threads of consumer warpgroup `group` (named barriers 1 and 2; 0 is __syncthreads).
 __device__ __forceinline__ void group_barrier(int group) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(group + 1) : "memory");
@@ -193,70 +131,6 @@ __device__ __forceinline__ void pass_turn(int group) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"((group ^ 1) + 3) : "memory");
 }
 
-// D (+)= A B^T, A: 64 x 16 and B: 256 x 16 in shared memory; d[4 j .. 4 j + 3] hold rows lane / 4 and
-// lane / 4 + 8 of the warp's 16, columns 8 j + 2 (lane % 4) and the next. One asm for both operand
-// types, whose name goes into its text.
-#define HYPATIA_WGMMA_M64N256K16(AB) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." AB "." AB " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __half>) {
-    HYPATIA_WGMMA_M64N256K16("f16");
-  } else {
-    HYPATIA_WGMMA_M64N256K16("bf16");
-  }
-}
-#undef HYPATIA_WGMMA_M64N256K16
-// The same for B: 64 x 16 (the first 64 rows of the stage), into d[0..31] in the same layout.
-#define HYPATIA_WGMMA_M64N64K16(AB) \
-  asm volatile( \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." AB "." AB " {" \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  if constexpr (std::is_same_v<T, __half>) {
-    HYPATIA_WGMMA_M64N64K16("f16");
-  } else {
-    HYPATIA_WGMMA_M64N64K16("bf16");
-  }
-}
-#undef HYPATIA_WGMMA_M64N64K16
 #endif
 
 // kNarrowEnds: the first layer reads at most 16 columns and the last writes at most 64 (DLRM's bottom
@@ -292,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
         mbarrier_init(&act_free[g * kMaxPanels + j], kConsumerThreads / 2 / 32);  // each warp of the group
       }
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_mbarrier_init();
   }
   __syncthreads();
   if (my_blocks == 0) {
@@ -450,9 +324,9 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
 #pragma unroll
           for (int kk = 0; kk < 16 * decltype(k16_steps)::value; kk += 16) {
             if constexpr (kN == kTile) {
-              wgmma_m64n256k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
+              wgmma_m64n256k16<T, 0, 0>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
             } else {
-              wgmma_m64n64k16<T>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
+              wgmma_m64n64k16<T, 0, 0>(acc, descriptor(a_rows + kk * 2), descriptor(b_rows + kk * 2), s > 0 || kk > 0);
             }
           }
           wgmma_commit();
@@ -591,14 +465,6 @@ __global__ void __launch_bounds__(kThreads, 1) medium_mlp_forward_kernel(const _
 #endif
 }
 
-__global__ void has_wgmma_kernel(int* result) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  *result = 1;
-#else
-  *result = 0;
-#endif
-}
-
 // HYPATIA_MEDIUM_MLP: "0" never, any other value wherever the kernel applies, unset (or empty) where
 // it measured faster than the per-layer path on the H100 and H200 (docs/perf/experiments.md, "The
 // medium forward on TMA", "Medium forward up to 512 wide"): three layers or more at any row count,
@@ -607,69 +473,6 @@ __global__ void has_wgmma_kernel(int* result) {
 EnvSwitch medium_policy() {
   static const EnvSwitch policy = env_switch("HYPATIA_MEDIUM_MLP");
   return policy;
-}
-
-// Whether `device` runs the kernel's sm_90a code: asked once per device (a synchronizing copy),
-// never while the stream is being captured.
-bool has_wgmma(int device, cudaStream_t stream) {
-  static std::mutex mutex;
-  static std::vector<int> known;  // -1 unknown, 0 no, 1 yes
-  std::lock_guard<std::mutex> lock(mutex);
-  if (known.size() <= size_t(device)) {
-    known.resize(device + 1, -1);
-  }
-  if (known[device] < 0) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    check_cuda(cudaStreamIsCapturing(stream, &capture), "medium MLP", "cudaStreamIsCapturing");
-    if (capture != cudaStreamCaptureStatusNone) {
-      return false;
-    }
-    int* flag = nullptr;
-    int value = 0;
-    check_cuda(cudaMalloc(&flag, sizeof(int)), "medium MLP", "cudaMalloc");
-    has_wgmma_kernel<<<1, 1, 0, stream>>>(flag);
-    const cudaError_t launched = cudaGetLastError();
-    const cudaError_t copied = cudaMemcpyAsync(&value, flag, sizeof(int), cudaMemcpyDeviceToHost, stream);
-    const cudaError_t synced = cudaStreamSynchronize(stream);
-    cudaFree(flag);
-    known[device] = launched == cudaSuccess && copied == cudaSuccess && synced == cudaSuccess && value == 1;
-  }
-  return known[device] == 1;
-}
-
-// cuTensorMapEncodeTiled from the driver, found once (the library does not link libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
-// A TMA map of `t`, [rows, cols] row-major (16-byte aligned, cols a multiple of 8): boxes of
-// box_rows x kSliceK, 128-byte swizzled; loads read zeros outside the tensor, stores drop what falls
-// outside.
-bool tensor_map(CUtensorMap& map, const at::Tensor& t, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) {
-    return false;
-  }
-  const cuuint64_t dims[2] = {cuuint64_t(t.size(1)), cuuint64_t(t.size(0))};
-  const cuuint64_t strides[1] = {cuuint64_t(t.size(1)) * 2};
-  const cuuint32_t box[2] = {kSliceK, cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUtensorMapDataType type =
-      t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  return encode(&map, type, 2, t.data_ptr(), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <typename T, bool kNarrowEnds>
@@ -767,14 +570,14 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   for (int l = 0; l < count; ++l) {
     // The narrow last layer's boxes are its 64 output rows (m64n64 reads no more).
     const int box_rows = narrow_ends && l + 1 == count ? 64 : kTile;
-    if (!tensor_map(p.weight_map[l], l == 0 ? first_weight : weights[l], box_rows)) {
+    if (!swizzled_tensor_map(p.weight_map[l], l == 0 ? first_weight : weights[l], box_rows)) {
       return std::nullopt;
     }
     p.box_bytes[l] = box_rows * kSliceK * 2;
   }
   for (int l = 0; l < count; ++l) {
     if (keep[l]) {
-      if (!tensor_map(p.out_map[l], outputs[l], 64)) {
+      if (!swizzled_tensor_map(p.out_map[l], outputs[l], 64)) {
         return std::nullopt;
       }
       p.kept_mask |= 1u << l;
@@ -784,7 +587,7 @@ std::optional<std::vector<at::Tensor>> medium_mlp_forward_cuda(
   p.blocks = (p.rows + kRows - 1) / kRows;
   p.x = x2d.data_ptr();
   if (p.width[0] % 8 == 0) {  // rows 16-byte aligned: TMA reads them
-    if (!tensor_map(p.x_map, x2d, 64)) {
+    if (!swizzled_tensor_map(p.x_map, x2d, 64)) {
       return std::nullopt;
     }
     p.input_by_tma = true;
