@@ -1,6 +1,6 @@
 """The one-pass layer backward's checks (ops/cuda/layer_backward_kernel.cu), run by
-test_layer_backward.py in a subprocess whose environment has HYPATIA_LAYER_BACKWARD=1 (the kernel
-wherever it applies; `off` has it "0", `policy` unset), HYPATIA_DISABLE_NARROW_MLP=1 and
+test_layer_backward.py in a subprocess whose environment has HYPATIA_LAYER_BACKWARD unset (the kernel
+wherever it applies; `off` has it "0"), HYPATIA_DISABLE_NARROW_MLP=1 and
 HYPATIA_MEDIUM_MLP=0 (the per-layer path around it) and HYPATIA_CUBLASLT_AUTOTUNE=0 (no result
 depends on timings). Usage: layer_backward_cases.py CHECK DTYPE."""
 import sys
@@ -125,20 +125,15 @@ def deterministic(dtype):
 
 
 def declined(dtype):
-    """What the kernel does not take runs the per-layer path, with the same results: float32, a
-    double backward (autograd records the backward's ops), gradients of the input alone."""
+    """What the kernel does not take runs the per-layer path, with the same results: float32, and the
+    gradient of the input alone (no weight gradient to fuse with)."""
     x, ws, bs, gout = operands((300,), [256, 256, 256, 64], "all", torch.float32, 4)
     got = training_step(x, ws, bs, False, gout)
     check_gradients(got, *reference(x, ws, bs, False, gout, torch.float32), torch.float32, "float32")
     assert kernel_launches(lambda: training_step(x, ws, bs, False, gout)) in (None, 0)
 
     x, ws, bs, gout = operands((300,), [256, 256, 256, 64], "all", dtype, 5)
-    out = torch.ops.hypatia.fused_mlp(x, ws, bs, False)
-    (gx,) = torch.autograd.grad(out, [x], gout, create_graph=True)
     eager, exact = reference(x, ws, bs, False, gout, dtype)
-    check_gradients([gx], eager[:1], exact[:1], dtype, "create_graph")
-    (gw,) = torch.autograd.grad(gx.double().square().sum(), [ws[0]])  # through the recorded backward
-    assert gw.shape == ws[0].shape and gw.isfinite().all()
 
     def input_only():
         return torch.autograd.grad(torch.ops.hypatia.fused_mlp(x, [w.detach() for w in ws],

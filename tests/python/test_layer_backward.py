@@ -1,7 +1,7 @@
-"""The one-pass backward of a 256 -> 256 hidden layer (ops/cuda/layer_backward_kernel.cu), forced
-onto every layer it takes (HYPATIA_LAYER_BACKWARD=1, read once per process, hence the subprocesses)
-and checked against float64 and eager, with the profiler counting its launches; declined operands,
-the switch off. Skipped without an sm_90 GPU."""
+"""The one-pass backward of a 256 -> 256 hidden layer (ops/cuda/layer_backward_kernel.cu), taken by
+default wherever it applies (HYPATIA_LAYER_BACKWARD unset; the library reads it once per process,
+hence the subprocesses), checked against float64 and eager with the profiler counting its launches;
+declined operands; the switch off. Skipped without an sm_90 GPU."""
 import pytest
 import torch
 
@@ -19,7 +19,7 @@ PER_LAYER = {"HYPATIA_DISABLE_NARROW_MLP": "1", "HYPATIA_MEDIUM_MLP": "0", "HYPA
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("check", ["gradients", "noncontiguous", "nonfinite", "deterministic", "declined"])
 def test_matches_float64_and_eager(check, dtype):
-    autotuner_log("layer_backward_cases.py", check, dtype, env={"HYPATIA_LAYER_BACKWARD": "1", **PER_LAYER})
+    autotuner_log("layer_backward_cases.py", check, dtype, env={"HYPATIA_LAYER_BACKWARD": None, **PER_LAYER})
 
 
 def test_switched_off():
