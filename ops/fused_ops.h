@@ -257,7 +257,7 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_forward_cuda(
 // sm_90a, half or bfloat16): from grad2d [M, 256] w.r.t. the layer's output, its weight w [256, 256]
 // and its input relu_out2d [M, 256] (the ReLU output of the layer below), {grad_weight, grad_bias
 // (where bias_grad, else undefined), threshold_backward(grad2d @ w, relu_out2d, 0)}; nullopt, doing
-// nothing, on operands it does not take, and where HYPATIA_LAYER_BACKWARD and its measurements say.
+// nothing, on operands it does not take, and where HYPATIA_LAYER_BACKWARD=0.
 std::optional<std::array<at::Tensor, 3>> relu_layer_backward_cuda(
     const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
 // The medium MLP's forward (ops/cuda/medium_mlp_kernel.cu), as narrow_mlp_forward_cuda: 1..16 layers,
