@@ -189,14 +189,16 @@ std::vector<at::Tensor> fused_mlp_backward_with(
         break;
       }
     }
-    if (i > 0 && params_grad && gemms.relu_layer_grads != nullptr) {
-      if (auto fused = gemms.relu_layer_grads(grad, weights[i], h, bias_grad)) {
+    if (params_grad && gemms.layer_grads != nullptr) {
+      if (auto fused = gemms.layer_grads(grad, weights[i], h, i > 0, bias_grad, i > 0 || input_grad)) {
         grad_weights[i] = (*fused)[0];
         if (bias_grad) {
           grad_biases[i] = (*fused)[1];
         }
-        grad = (*fused)[2];
-        saved_outputs[i - 1].reset();
+        grad = (*fused)[2];  // undefined at the bottom where no input gradient is asked for
+        if (i > 0) {
+          saved_outputs[i - 1].reset();
+        }
         continue;
       }
     }

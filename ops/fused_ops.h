@@ -66,10 +66,10 @@ std::vector<at::Tensor> run_mlp_with(
 // backward in one: from grad2d [M, N] w.r.t. layer 1's output (after its ReLU backward), with w
 // [N, N0] layer 1's weight, relu_out2d [M, N0] layer 0's ReLU output, input2d [M, K] and w0 [N0, K],
 // layer 0's {weight, bias, input} gradients, each where asked for; nullopt, doing nothing, on
-// operands it does not take. relu_layer_grads, where a device has it (else null), is a hidden
-// layer's backward in one pass: from grad2d [M, N], w [N, K] and relu_out2d [M, K] (its input, the
-// ReLU output of the layer below), {grad_weight, grad_bias (where bias_grad), relu_input_grad's
-// gradient}; nullopt, doing nothing, on operands it does not take.
+// operands it does not take. layer_grads, where a device has it (else null), is a layer's backward
+// in one pass: from grad2d [M, N], w [N, K] and h2d [M, K] (its input), {grad_weight, grad_bias (where
+// bias_grad), grad_input (where input_grad): through the ReLU below when relu_below, h2d being that
+// ReLU's output, as relu_input_grad}; nullopt, doing nothing, on operands it does not take.
 struct BackwardGemms {
   at::Tensor (*input_grad)(const at::Tensor& grad2d, const at::Tensor& w);
   std::pair<at::Tensor, at::Tensor> (*weight_grads)(const at::Tensor& grad2d, const at::Tensor& h2d, bool bias_grad);
@@ -80,8 +80,9 @@ struct BackwardGemms {
   std::optional<std::array<at::Tensor, 3>> (*relu_bottom_grads)(
       const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, const at::Tensor& input2d,
       const at::Tensor& w0, bool weight_grad, bool bias_grad, bool input_grad);
-  std::optional<std::array<at::Tensor, 3>> (*relu_layer_grads)(
-      const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
+  std::optional<std::array<at::Tensor, 3>> (*layer_grads)(
+      const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& h2d, bool relu_below, bool bias_grad,
+      bool input_grad);
 };
 // Whether autograd records ops on these tensors now (a double backward): where it does, the
 // backward keeps to differentiable ATen ops.
@@ -253,13 +254,15 @@ bool skinny_linear_cuda(const at::Tensor& x, const at::Tensor& w, const Optional
 std::optional<std::vector<at::Tensor>> narrow_mlp_forward_cuda(
     const at::Tensor& x2d, at::TensorList weights, const OptionalTensorList& biases, bool relu_last,
     const std::vector<bool>& keep);
-// A 256 -> 256 hidden layer's backward in one pass over its rows (ops/cuda/layer_backward_kernel.cu,
-// sm_90a, half or bfloat16): from grad2d [M, 256] w.r.t. the layer's output, its weight w [256, 256]
-// and its input relu_out2d [M, 256] (the ReLU output of the layer below), {grad_weight, grad_bias
-// (where bias_grad, else undefined), threshold_backward(grad2d @ w, relu_out2d, 0)}; nullopt, doing
-// nothing, on operands it does not take, and where HYPATIA_LAYER_BACKWARD=0.
-std::optional<std::array<at::Tensor, 3>> relu_layer_backward_cuda(
-    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad);
+// A 256 -> 256 layer's backward in one pass over its rows (ops/cuda/layer_backward_kernel.cu, sm_90a,
+// half or bfloat16): from grad2d [M, 256] w.r.t. the layer's output, its weight w [256, 256] and its
+// input h2d [M, 256], {grad_weight, grad_bias (where bias_grad, else undefined), grad_input (where
+// input_grad): threshold_backward(grad2d @ w, h2d, 0) where relu_below (h2d the ReLU output of the
+// layer below), else grad2d @ w}; nullopt, doing nothing, on operands it does not take, and where
+// HYPATIA_LAYER_BACKWARD=0.
+std::optional<std::array<at::Tensor, 3>> layer_backward_cuda(
+    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& h2d, bool relu_below, bool bias_grad,
+    bool input_grad);
 // The medium MLP's forward (ops/cuda/medium_mlp_kernel.cu), as narrow_mlp_forward_cuda: 1..16 layers,
 // the input width a multiple of 16, the others of 32, all <= 256; sm_90a (wgmma); where it measured
 // faster than the per-layer path, or as HYPATIA_MEDIUM_MLP says.

@@ -1,8 +1,9 @@
-// A 256 -> 256 hidden layer's whole backward in ONE pass over its rows, on the H100's warpgroup MMA
-// (wgmma) and tensor memory accelerator (TMA), sm_90a. From g = dL/d(layer output) [rows, 256], the
-// layer's input x [rows, 256] (the ReLU output of the layer below) and its weight w [256 out, 256 in]:
-//   dx = threshold_backward(g @ w, x, 0)   the layer below's gradient through its ReLU
-//   dw = g^T x,  db = g summed over rows    this layer's parameter gradients
+// A 256 -> 256 layer's whole backward in ONE pass over its rows, on the H100's warpgroup MMA (wgmma)
+// and tensor memory accelerator (TMA), sm_90a. From g = dL/d(layer output) [rows, 256], the layer's
+// input x [rows, 256] and its weight w [256 out, 256 in]:
+//   dw = g^T x,  db = g summed over rows    the layer's parameter gradients
+//   dx = threshold_backward(g @ w, x, 0)   where x is the ReLU output of the layer below (kMaskedDx);
+//   dx = g @ w                             the bottom layer's input gradient (kPlainDx); or none
 // reading g and x once from memory (the per-layer path reads them in the input gradient's GEMM, its
 // ReLU backward and the weight gradient's GEMM).
 //
@@ -57,6 +58,10 @@ struct Params {
   int64_t blocks;
 };
 
+// What the dx warpgroup computes (a template parameter: a branch on a runtime value around wgmma
+// would serialize them, C7518).
+enum DxMode : int { kNoDx, kMaskedDx, kPlainDx };
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 using namespace hopper;
 
@@ -65,7 +70,7 @@ constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 #endif
 
-template <typename T>
+template <typename T, DxMode kDx>
 __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -74,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
   unsigned char* const wq = ring + kStages * kStageBytes;
   unsigned char* const ones = wq + kWeightBytes;
   uint64_t* const full = reinterpret_cast<uint64_t*>(ones + kOnesBytes);  // a stage's block landed
-  uint64_t* const empty = full + kStages;  // every consumer warp is done with the stage
+  uint64_t* const empty = full + kStages;  // every (working) consumer warp is done with the stage
   uint64_t* const w_full = empty + kStages;
   const int q = blockIdx.x, grp = blockIdx.y, groups = gridDim.y;
   const int tid = threadIdx.x;
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbarrier_init(&full[i], 1);
-      mbarrier_init(&empty[i], 8);
+      mbarrier_init(&empty[i], kDx == kNoDx ? 4 : 8);
     }
     mbarrier_init(w_full, 1);
     fence_mbarrier_init();
@@ -102,8 +107,10 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
   if (tid >= 256) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
     if (tid == 256) {
-      mbarrier_arrive_expect_tx(w_full, kWeightBytes);
-      tma_load(wq, &p.w_map, q * 64, 0, w_full);
+      if constexpr (kDx != kNoDx) {
+        mbarrier_arrive_expect_tx(w_full, kWeightBytes);
+        tma_load(wq, &p.w_map, q * 64, 0, w_full);
+      }
       for (int64_t b = 0; b < my_blocks; ++b) {
         const int stage = stage_of(b), row0 = static_cast<int>(row0_of(b));
         mbarrier_wait(&empty[stage], parity_of(b) ^ 1);
@@ -167,12 +174,15 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
       p.db_part[int64_t(grp) * kWidth + m] = dbacc[0];
       p.db_part[int64_t(grp) * kWidth + m + 8] = dbacc[2];
     }
-  } else {  // dx columns [64 q, 64 q + 64)
+  } else if constexpr (kDx != kNoDx) {  // dx columns [64 q, 64 q + 64)
     mbarrier_wait(w_full, 0);
     T* const dx = static_cast<T*>(p.dx);
     // Rows 16 warp + lane / 4 (+ 8 h) of a block, columns 8 j + 2 (lane % 4) of x's quarter (panel q
     // of the stage's x block, swizzled): the pairs that mask this thread's accumulators.
     auto read_x = [&](const unsigned char* stage_base, uint32_t (&xr)[16]) {
+      if constexpr (kDx == kPlainDx) {
+        return;
+      }
       const unsigned char* const xq = stage_base + kBlockBytes + q * kPanelBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -200,8 +210,9 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
         T* const to = dx + (row0 + warp * 16 + lane / 4 + 8 * h) * kWidth + q * 64 + 2 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
+          const uint32_t v = pack2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], T());
           *reinterpret_cast<uint32_t*>(to + 8 * j) =
-              pack2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], T()) & above_zero_or_nan2(xr[8 * h + j], T());
+              kDx == kMaskedDx ? v & above_zero_or_nan2(xr[8 * h + j], T()) : v;
         }
       }
     };
@@ -289,11 +300,28 @@ EnvSwitch layer_backward_policy() {
   return policy;
 }
 
+template <typename T, DxMode kDx>
+const void* kernel() {
+  return reinterpret_cast<const void*>(&layer_backward_kernel<T, kDx>);
+}
+const void* kernel_for(at::ScalarType dtype, DxMode mode) {
+  const bool half = dtype == at::kHalf;
+  switch (mode) {
+    case kNoDx:
+      return half ? kernel<__half, kNoDx>() : kernel<__nv_bfloat16, kNoDx>();
+    case kMaskedDx:
+      return half ? kernel<__half, kMaskedDx>() : kernel<__nv_bfloat16, kMaskedDx>();
+    default:
+      return half ? kernel<__half, kPlainDx>() : kernel<__nv_bfloat16, kPlainDx>();
+  }
+}
+
 template <typename T>
-void launch(const Params& p, int groups, const at::Tensor& dw_part, const at::Tensor& db_part, at::Tensor& dw,
-            at::Tensor& db, cudaStream_t stream) {
-  layer_backward_kernel<T><<<dim3(4, groups), kThreads, kSmemBytes, stream>>>(p);
-  check_cuda(cudaGetLastError(), "layer backward", "kernel launch");
+void launch(const void* kernel, Params p, int groups, const at::Tensor& dw_part, const at::Tensor& db_part,
+            at::Tensor& dw, at::Tensor& db, cudaStream_t stream) {
+  void* args[] = {&p};
+  check_cuda(cudaLaunchKernel(kernel, dim3(4, groups), dim3(kThreads), args, kSmemBytes, stream), "layer backward",
+             "kernel launch");
   constexpr int kPerBlock = 256, kThreadsNeeded = kWidth * kWidth / 4 + kWidth;
   add_partials_kernel<T><<<(kThreadsNeeded + kPerBlock - 1) / kPerBlock, kPerBlock, 0, stream>>>(
       reinterpret_cast<const float4*>(dw_part.data_ptr<float>()), db_part.data_ptr<float>(),
@@ -303,30 +331,33 @@ void launch(const Params& p, int groups, const at::Tensor& dw_part, const at::Te
 
 }  // namespace
 
-std::optional<std::array<at::Tensor, 3>> relu_layer_backward_cuda(
-    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
+std::optional<std::array<at::Tensor, 3>> layer_backward_cuda(
+    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& h2d, bool relu_below, bool bias_grad,
+    bool input_grad) {
   const at::ScalarType dtype = grad2d.scalar_type();
   const int64_t rows = grad2d.size(0);
   const EnvSwitch policy = layer_backward_policy();
   if (policy == EnvSwitch::kOff || (dtype != at::kHalf && dtype != at::kBFloat16) || rows == 0 ||
-      grad2d.size(1) != kWidth || w.size(0) != kWidth || w.size(1) != kWidth || relu_out2d.size(1) != kWidth ||
-      w.scalar_type() != dtype || relu_out2d.scalar_type() != dtype ||
+      grad2d.size(1) != kWidth || w.size(0) != kWidth || w.size(1) != kWidth || h2d.size(1) != kWidth ||
+      w.scalar_type() != dtype || h2d.scalar_type() != dtype ||
       // TMA coordinates are 32-bit: a row block's first row must fit.
       rows > std::numeric_limits<int32_t>::max() - kRows) {
     return std::nullopt;
   }
+  const DxMode mode = !input_grad ? kNoDx : relu_below ? kMaskedDx : kPlainDx;
   const int device = grad2d.get_device();
   const cudaDeviceProp& props = *at::cuda::getDeviceProperties(device);
   const c10::cuda::CUDAGuard device_guard(grad2d.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
-  const void* kernel = dtype == at::kHalf ? reinterpret_cast<const void*>(&layer_backward_kernel<__half>)
-                                          : reinterpret_cast<const void*>(&layer_backward_kernel<__nv_bfloat16>);
-  if (props.major != 9 || !has_wgmma(device, stream) || blocks_per_sm(kernel, kThreads, device, kSmemBytes) == 0) {
+  const void* const kernel = kernel_for(dtype, mode);
+  const int per_sm = props.major == 9 && has_wgmma(device, stream) ? blocks_per_sm(kernel, kThreads, device, kSmemBytes)
+                                                                   : 0;
+  if (per_sm == 0) {
     return std::nullopt;
   }
   // TMA reads rows that start 16 bytes apart, from 16-byte aligned data.
   const at::Tensor g = dense(grad2d) ? grad2d : grad2d.contiguous();
-  const at::Tensor x = dense(relu_out2d) ? relu_out2d : relu_out2d.contiguous();
+  const at::Tensor x = dense(h2d) ? h2d : h2d.contiguous();
   const at::Tensor wc = dense(w) ? w : w.contiguous();
   Params p{};
   if (!swizzled_tensor_map(p.g_map, g, kRows) || !swizzled_tensor_map(p.x_map, x, kRows) ||
@@ -336,22 +367,21 @@ std::optional<std::array<at::Tensor, 3>> relu_layer_backward_cuda(
   p.blocks = (rows + kRows - 1) / kRows;
   // A group of four CTAs per resident slot, no more than there are blocks: more groups add partial
   // sums to add up, fewer leave SMs idle.
-  const int groups = static_cast<int>(std::min<int64_t>(
-      p.blocks, std::max(1, blocks_per_sm(kernel, kThreads, device, kSmemBytes) * props.multiProcessorCount / 4)));
-  at::Tensor dx = at::empty({p.blocks * kRows, kWidth}, g.options());
+  const int groups = static_cast<int>(std::min<int64_t>(p.blocks, std::max(1, per_sm * props.multiProcessorCount / 4)));
+  at::Tensor dx = mode == kNoDx ? at::Tensor() : at::empty({p.blocks * kRows, kWidth}, g.options());
   at::Tensor dw_part = at::empty({groups, kWidth, kWidth}, g.options().dtype(at::kFloat));
   at::Tensor db_part = at::empty({groups, kWidth}, g.options().dtype(at::kFloat));
   at::Tensor dw = at::empty({kWidth, kWidth}, g.options());
   at::Tensor db = bias_grad ? at::empty({kWidth}, g.options()) : at::Tensor();
-  p.dx = dx.data_ptr();
+  p.dx = dx.defined() ? dx.data_ptr() : nullptr;
   p.dw_part = dw_part.data_ptr<float>();
   p.db_part = db_part.data_ptr<float>();
   if (dtype == at::kHalf) {
-    launch<__half>(p, groups, dw_part, db_part, dw, db, stream);
+    launch<__half>(kernel, p, groups, dw_part, db_part, dw, db, stream);
   } else {
-    launch<__nv_bfloat16>(p, groups, dw_part, db_part, dw, db, stream);
+    launch<__nv_bfloat16>(kernel, p, groups, dw_part, db_part, dw, db, stream);
   }
-  return std::array<at::Tensor, 3>{dw, db, dx.narrow(0, 0, rows)};
+  return std::array<at::Tensor, 3>{dw, db, dx.defined() ? dx.narrow(0, 0, rows) : dx};
 }
 
 }  // namespace hypatia::ops

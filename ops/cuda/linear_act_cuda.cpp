@@ -924,19 +924,20 @@ std::optional<std::array<at::Tensor, 3>> relu_bottom_grads_cuda(
       input_grad_cuda(grad2d, w), relu_out2d, input2d, w0, weight_grad, bias_grad, input_grad);
 }
 
-// A hidden layer's gradients in one pass (ops/cuda/layer_backward_kernel.cu), outside double backwards.
-std::optional<std::array<at::Tensor, 3>> relu_layer_grads_cuda(
-    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& relu_out2d, bool bias_grad) {
-  if (records_backward({grad2d, w, relu_out2d})) {
+// A layer's gradients in one pass (ops/cuda/layer_backward_kernel.cu), outside double backwards.
+std::optional<std::array<at::Tensor, 3>> layer_grads_cuda(
+    const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& h2d, bool relu_below, bool bias_grad,
+    bool input_grad) {
+  if (records_backward({grad2d, w, h2d})) {
     return std::nullopt;
   }
-  return relu_layer_backward_cuda(grad2d, w, relu_out2d, bias_grad);
+  return layer_backward_cuda(grad2d, w, h2d, relu_below, bias_grad, input_grad);
 }
 
 }  // namespace
 
 const BackwardGemms cuda_gemms{
     input_grad_cuda,        weight_grads_cuda,      relu_input_grad_cuda, relu_grad_cuda,
-    relu_bottom_grads_cuda, relu_layer_grads_cuda};
+    relu_bottom_grads_cuda, layer_grads_cuda};
 
 }  // namespace hypatia::ops

@@ -14,8 +14,8 @@ from conftest import eager_mlp, make_mlp, rel_error, run_case_from_argv  # noqa:
 from test_narrow_mlp import cuda_kernel_names  # noqa: E402
 
 KERNEL = "layer_backward_kernel"
-# (leading dims, widths, bias pattern, relu_last). The kernel takes every 256 -> 256 layer but the
-# bottom one: ragged row counts (a last block of 1 and of 63 rows), one row, a single block, groups
+# (leading dims, widths, bias pattern, relu_last). The kernel takes every 256 -> 256 layer (above the
+# bottom one through the ReLU below, the bottom one without a mask): ragged row counts (a last block of 1 and of 63 rows), one row, a single block, groups
 # with odd and even block counts (20000 rows: 313 blocks over the resident groups), N-D inputs,
 # layers without a bias (then the layer above's sum is the only one asked for), relu_last, a 256-wide
 # layer above a narrower or wider one (not taken).
@@ -29,23 +29,23 @@ SHAPES = [((65,), [256, 256, 256, 64], "all", False),
 
 
 def fused_layers(widths):
-    """The layers whose backward the kernel takes: 256 -> 256, above the bottom one."""
-    return sum(1 for i in range(1, len(widths) - 1) if widths[i] == widths[i + 1] == 256)
+    """The layers whose backward the kernel takes: 256 -> 256."""
+    return sum(1 for i in range(len(widths) - 1) if widths[i] == widths[i + 1] == 256)
 
 
 def training_step(x, ws, bs, relu_last, gout):
-    """fused_mlp's forward and every gradient (input, weights, biases)."""
-    leaves = [x] + ws + [b for b in bs if b is not None]
+    """fused_mlp's forward and every gradient (the input's where it requires one, weights, biases)."""
+    leaves = [x] * x.requires_grad + ws + [b for b in bs if b is not None]
     return torch.autograd.grad(torch.ops.hypatia.fused_mlp(x, ws, bs, relu_last), leaves, gout)
 
 
 def reference(x, ws, bs, relu_last, gout, dtype):
     """Eager's gradients in `dtype` and in float64 on the same (rounded) operands."""
     def run(cast):
-        xd = cast(x).requires_grad_()
+        xd = cast(x).requires_grad_(x.requires_grad)
         wd = [cast(w).requires_grad_() for w in ws]
         bd = [None if b is None else cast(b).requires_grad_() for b in bs]
-        leaves = [xd] + wd + [b for b in bd if b is not None]
+        leaves = [xd] * x.requires_grad + wd + [b for b in bd if b is not None]
         return torch.autograd.grad(eager_mlp(xd, wd, bd, relu_last), leaves, cast(gout))
     return run(lambda t: t.detach().clone()), run(lambda t: t.detach().double())
 
@@ -92,7 +92,7 @@ def noncontiguous(dtype):
     gout_t = gout.t().contiguous().t()
     got = training_step(xt, ws, bs, False, gout_t)
     check_gradients(got, *reference(x, ws, bs, False, gout, dtype), dtype, "noncontiguous")
-    assert kernel_launches(lambda: training_step(xt, ws, bs, False, gout_t)) in (None, 1)
+    assert kernel_launches(lambda: training_step(xt, ws, bs, False, gout_t)) in (None, 2)
     print(f"noncontiguous {dtype}: ok", flush=True)
 
 
@@ -112,8 +112,20 @@ def nonfinite(dtype):
         finite = e.isfinite() & g.isfinite()
         assert not finite.any() or rel_error(g[finite], e[finite]) < 2e-2, j
     assert any(g.isnan().any() for g in got) and any(g.isinf().any() for g in got)
-    assert kernel_launches(lambda: training_step(x, ws, bs, False, gout)) in (None, 2)
+    assert kernel_launches(lambda: training_step(x, ws, bs, False, gout)) in (None, 3)
     print(f"nonfinite {dtype}: ok", flush=True)
+
+
+def weights_only(dtype):
+    """An input that needs no gradient (a model's data): the bottom layer's pass gives dw and db alone."""
+    for i, (lead, widths) in enumerate((((4095,), [256, 256, 256, 64]), ((1,), [256, 256]))):
+        x, ws, bs, gout = operands(lead, widths, "all", dtype, 20 + i)
+        x = x.detach()
+        got = training_step(x, ws, bs, False, gout)
+        check_gradients(got, *reference(x, ws, bs, False, gout, dtype), dtype, (lead, widths))
+        launches = kernel_launches(lambda: training_step(x, ws, bs, False, gout))
+        assert launches is None or launches == fused_layers(widths), (lead, widths, launches)
+    print(f"weights_only {dtype}: ok", flush=True)
 
 
 def deterministic(dtype):
@@ -153,5 +165,5 @@ def off(dtype):
 
 
 if __name__ == "__main__":
-    run_case_from_argv({"gradients": gradients, "noncontiguous": noncontiguous, "nonfinite": nonfinite,
-                        "deterministic": deterministic, "declined": declined, "off": off})
+    run_case_from_argv({"gradients": gradients, "weights_only": weights_only, "noncontiguous": noncontiguous,
+                        "nonfinite": nonfinite, "deterministic": deterministic, "declined": declined, "off": off})

@@ -47,9 +47,9 @@ def sm90a_command(source, tmp_path):
 
 
 # (file, entry function, instances): half and bfloat16, the medium forward each with and without
-# narrow ends.
+# narrow ends, the layer backward each with its three kinds of dx (none, masked, plain).
 KERNELS = [("medium_mlp_kernel.cu", "medium_mlp_forward_kernel", 4),
-           ("layer_backward_kernel.cu", "layer_backward_kernel", 2)]
+           ("layer_backward_kernel.cu", "layer_backward_kernel", 6)]
 
 
 @pytest.mark.parametrize("source, kernel, instances", KERNELS)

@@ -1,4 +1,4 @@
-"""The one-pass backward of a 256 -> 256 hidden layer (ops/cuda/layer_backward_kernel.cu), taken by
+"""The one-pass backward of a 256 -> 256 layer (ops/cuda/layer_backward_kernel.cu), taken by
 default wherever it applies (HYPATIA_LAYER_BACKWARD unset; the library reads it once per process,
 hence the subprocesses), checked against float64 and eager with the profiler counting its launches;
 declined operands; the switch off. Skipped without an sm_90 GPU."""
@@ -17,7 +17,8 @@ PER_LAYER = {"HYPATIA_DISABLE_NARROW_MLP": "1", "HYPATIA_MEDIUM_MLP": "0", "HYPA
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("check", ["gradients", "noncontiguous", "nonfinite", "deterministic", "declined"])
+@pytest.mark.parametrize("check", ["gradients", "weights_only", "noncontiguous", "nonfinite", "deterministic",
+                                   "declined"])
 def test_matches_float64_and_eager(check, dtype):
     autotuner_log("layer_backward_cases.py", check, dtype, env={"HYPATIA_LAYER_BACKWARD": None, **PER_LAYER})
 
