@@ -86,13 +86,16 @@ def gradients(dtype):
 
 
 def noncontiguous(dtype):
-    """An input that is a transposed view, and an incoming gradient that is one too."""
+    """An input that is a transposed view, an incoming gradient that is one too, and a weight that is
+    a transposed leaf (the kernel's TMA reads dense copies)."""
     x, ws, bs, gout = operands((512,), [256, 256, 256, 64], "all", dtype, 7)
     xt = x.detach().t().contiguous().t().requires_grad_()
     gout_t = gout.t().contiguous().t()
-    got = training_step(xt, ws, bs, False, gout_t)
+    ws_t = [ws[0], ws[1].detach().t().contiguous().t().requires_grad_(), ws[2]]
+    assert not ws_t[1].is_contiguous()
+    got = training_step(xt, ws_t, bs, False, gout_t)
     check_gradients(got, *reference(x, ws, bs, False, gout, dtype), dtype, "noncontiguous")
-    assert kernel_launches(lambda: training_step(xt, ws, bs, False, gout_t)) in (None, 2)
+    assert kernel_launches(lambda: training_step(xt, ws_t, bs, False, gout_t)) in (None, 2)
     print(f"noncontiguous {dtype}: ok", flush=True)
 
 
