@@ -258,7 +258,8 @@ std::optional<std::vector<at::Tensor>> narrow_mlp_forward_cuda(
 // half or bfloat16): from grad2d [M, 256] w.r.t. the layer's output, its weight w [256, 256] and its
 // input h2d [M, 256], {grad_weight, grad_bias (where bias_grad, else undefined), grad_input (where
 // input_grad): threshold_backward(grad2d @ w, h2d, 0) where relu_below (h2d the ReLU output of the
-// layer below), else grad2d @ w}; nullopt, doing nothing, on operands it does not take, and where
+// layer below), else grad2d @ w}; nullopt, doing nothing, on operands it does not take, for a bottom
+// layer (not relu_below) of fewer than 8192 rows (slower there than the per-layer path), and where
 // HYPATIA_LAYER_BACKWARD=0.
 std::optional<std::array<at::Tensor, 3>> layer_backward_cuda(
     const at::Tensor& grad2d, const at::Tensor& w, const at::Tensor& h2d, bool relu_below, bool bias_grad,

@@ -293,12 +293,18 @@ __global__ void add_partials_kernel(const float4* dw_part, const float* db_part,
 }
 
 // HYPATIA_LAYER_BACKWARD: "0" never; else wherever the kernel applies, which is where it measured:
-// on the H100, the training step of a 256-wide MLP of 4 layers (three of them taken) ran as fast as or
-// faster than with the per-layer path from 1024 to 262144 rows (experiments.md). Read once.
+// on the H100, the training step of a 256-wide MLP of 4 layers ran as fast as or faster than with the
+// per-layer path from 1024 to 262144 rows with the three layers above the bottom one taken, and with
+// the bottom one taken too from kBottomMinRows (experiments.md). Read once.
 EnvSwitch layer_backward_policy() {
   static const EnvSwitch policy = env_switch("HYPATIA_LAYER_BACKWARD");
   return policy;
 }
+
+// Below this many rows the bottom layer's per-layer path (cuBLAS's dx and dw GEMMs, no ReLU mask to
+// apply) beat one pass of 4 CTAs a row block: by 5-7 us at 1024 and 2048 rows, 2-4 at 4096 on the
+// H100, even at 8192, ahead from 16384.
+constexpr int64_t kBottomMinRows = 8192;
 
 template <typename T, DxMode kDx>
 const void* kernel() {
@@ -341,7 +347,7 @@ std::optional<std::array<at::Tensor, 3>> layer_backward_cuda(
       grad2d.size(1) != kWidth || w.size(0) != kWidth || w.size(1) != kWidth || h2d.size(1) != kWidth ||
       w.scalar_type() != dtype || h2d.scalar_type() != dtype ||
       // TMA coordinates are 32-bit: a row block's first row must fit.
-      rows > std::numeric_limits<int32_t>::max() - kRows) {
+      rows > std::numeric_limits<int32_t>::max() - kRows || (!relu_below && rows < kBottomMinRows)) {
     return std::nullopt;
   }
   const DxMode mode = !input_grad ? kNoDx : relu_below ? kMaskedDx : kPlainDx;

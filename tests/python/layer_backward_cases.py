@@ -14,23 +14,29 @@ from conftest import eager_mlp, make_mlp, rel_error, run_case_from_argv  # noqa:
 from test_narrow_mlp import cuda_kernel_names  # noqa: E402
 
 KERNEL = "layer_backward_kernel"
-# (leading dims, widths, bias pattern, relu_last). The kernel takes every 256 -> 256 layer (above the
-# bottom one through the ReLU below, the bottom one without a mask): ragged row counts (a last block of 1 and of 63 rows), one row, a single block, groups
-# with odd and even block counts (20000 rows: 313 blocks over the resident groups), N-D inputs,
-# layers without a bias (then the layer above's sum is the only one asked for), relu_last, a 256-wide
-# layer above a narrower or wider one (not taken).
+BOTTOM_MIN_ROWS = 8192  # the bottom layer is taken from this many rows (layer_backward_kernel.cu)
+# (leading dims, widths, bias pattern, relu_last). The kernel takes every 256 -> 256 layer above the
+# bottom one (through the ReLU below), and the bottom one (no mask) from BOTTOM_MIN_ROWS rows: ragged
+# row counts (a last block of 1 and of 63 rows), one row, a single block, groups with odd and even
+# block counts (20000 rows: 313 blocks over the resident groups), N-D inputs, layers without a bias
+# (then the layer above's sum is the only one asked for), relu_last, a 256-wide layer above a narrower
+# or wider one (not taken), a bottom layer just above and below its row bound.
 SHAPES = [((65,), [256, 256, 256, 64], "all", False),
           ((4095,), [128, 256, 256, 256], "mixed", False),
           ((1,), [256, 256, 256], "all", True),
           ((64,), [64, 256, 256, 32], "none", False),
           ((3, 50), [256, 256, 256, 256, 256], "mixed", True),
           ((20000,), [256, 256, 256, 256], "all", False),
-          ((777,), [256, 512, 256, 256, 128], "all", False)]
+          ((777,), [256, 512, 256, 256, 128], "all", False),
+          ((8193,), [256, 256, 64], "mixed", False),
+          ((2, 4096), [256, 256, 256], "all", True),
+          ((8191,), [256, 256, 256], "all", False)]
 
 
-def fused_layers(widths):
-    """The layers whose backward the kernel takes: 256 -> 256."""
-    return sum(1 for i in range(len(widths) - 1) if widths[i] == widths[i + 1] == 256)
+def fused_layers(widths, rows):
+    """The layers whose backward the kernel takes: 256 -> 256, the bottom one from BOTTOM_MIN_ROWS rows."""
+    return sum(1 for i in range(len(widths) - 1)
+               if widths[i] == widths[i + 1] == 256 and (i > 0 or rows >= BOTTOM_MIN_ROWS))
 
 
 def training_step(x, ws, bs, relu_last, gout):
@@ -80,15 +86,15 @@ def gradients(dtype):
         x, ws, bs, gout = operands(lead, widths, bias, dtype, i)
         got = training_step(x, ws, bs, relu_last, gout)
         check_gradients(got, *reference(x, ws, bs, relu_last, gout, dtype), dtype, (lead, widths))
-        launches = kernel_launches(lambda: training_step(x, ws, bs, relu_last, gout))
-        assert launches is None or launches == fused_layers(widths), (lead, widths, launches)
+        launches, rows = kernel_launches(lambda: training_step(x, ws, bs, relu_last, gout)), x.numel() // widths[0]
+        assert launches is None or launches == fused_layers(widths, rows), (lead, widths, launches)
         print(f"gradients {dtype} {lead} {widths}: ok", flush=True)
 
 
 def noncontiguous(dtype):
     """An input that is a transposed view, an incoming gradient that is one too, and a weight that is
     a transposed leaf (the kernel's TMA reads dense copies)."""
-    x, ws, bs, gout = operands((512,), [256, 256, 256, 64], "all", dtype, 7)
+    x, ws, bs, gout = operands((8200,), [256, 256, 256, 64], "all", dtype, 7)
     xt = x.detach().t().contiguous().t().requires_grad_()
     gout_t = gout.t().contiguous().t()
     ws_t = [ws[0], ws[1].detach().t().contiguous().t().requires_grad_(), ws[2]]
@@ -103,7 +109,7 @@ def nonfinite(dtype):
     """NaN and Inf flow as in eager: a NaN in the input gives rows of NaN hidden outputs, through whose
     threshold_backward the gradient passes (and a NaN gradient where the ReLU passed nothing is 0); an
     Inf in the incoming gradient gives Inf or NaN where eager's does."""
-    x, ws, bs, gout = operands((300,), [256, 256, 256, 256, 64], "all", dtype, 3)
+    x, ws, bs, gout = operands((8300,), [256, 256, 256, 256, 64], "all", dtype, 3)
     with torch.no_grad():
         x[5, 7] = float("nan")
         gout[11, 3] = float("inf")
@@ -120,14 +126,16 @@ def nonfinite(dtype):
 
 
 def weights_only(dtype):
-    """An input that needs no gradient (a model's data): the bottom layer's pass gives dw and db alone."""
-    for i, (lead, widths) in enumerate((((4095,), [256, 256, 256, 64]), ((1,), [256, 256]))):
+    """An input that needs no gradient (a model's data): the bottom layer's pass gives dw and db alone
+    (from BOTTOM_MIN_ROWS rows; below, its weight gradient's GEMM)."""
+    for i, (lead, widths) in enumerate((((8255,), [256, 256, 256, 64]), ((8192,), [256, 256]),
+                                        ((4095,), [256, 256, 256, 64]))):
         x, ws, bs, gout = operands(lead, widths, "all", dtype, 20 + i)
         x = x.detach()
         got = training_step(x, ws, bs, False, gout)
         check_gradients(got, *reference(x, ws, bs, False, gout, dtype), dtype, (lead, widths))
         launches = kernel_launches(lambda: training_step(x, ws, bs, False, gout))
-        assert launches is None or launches == fused_layers(widths), (lead, widths, launches)
+        assert launches is None or launches == fused_layers(widths, lead[0]), (lead, widths, launches)
     print(f"weights_only {dtype}: ok", flush=True)
 
 
