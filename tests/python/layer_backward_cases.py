@@ -3,6 +3,7 @@ test_layer_backward.py in a subprocess whose environment has HYPATIA_LAYER_BACKW
 wherever it applies; `off` has it "0"), HYPATIA_DISABLE_NARROW_MLP=1 and
 HYPATIA_MEDIUM_MLP=0 (the per-layer path around it) and HYPATIA_CUBLASLT_AUTOTUNE=0 (no result
 depends on timings). Usage: layer_backward_cases.py CHECK DTYPE."""
+import math
 import sys
 from pathlib import Path
 
@@ -86,8 +87,8 @@ def gradients(dtype):
         x, ws, bs, gout = operands(lead, widths, bias, dtype, i)
         got = training_step(x, ws, bs, relu_last, gout)
         check_gradients(got, *reference(x, ws, bs, relu_last, gout, dtype), dtype, (lead, widths))
-        launches, rows = kernel_launches(lambda: training_step(x, ws, bs, relu_last, gout)), x.numel() // widths[0]
-        assert launches is None or launches == fused_layers(widths, rows), (lead, widths, launches)
+        launches = kernel_launches(lambda: training_step(x, ws, bs, relu_last, gout))
+        assert launches is None or launches == fused_layers(widths, math.prod(lead)), (lead, widths, launches)
         print(f"gradients {dtype} {lead} {widths}: ok", flush=True)
 
 
@@ -135,7 +136,7 @@ def weights_only(dtype):
         got = training_step(x, ws, bs, False, gout)
         check_gradients(got, *reference(x, ws, bs, False, gout, dtype), dtype, (lead, widths))
         launches = kernel_launches(lambda: training_step(x, ws, bs, False, gout))
-        assert launches is None or launches == fused_layers(widths, lead[0]), (lead, widths, launches)
+        assert launches is None or launches == fused_layers(widths, math.prod(lead)), (lead, widths, launches)
     print(f"weights_only {dtype}: ok", flush=True)
 
 
