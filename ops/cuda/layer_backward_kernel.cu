@@ -7,15 +7,18 @@
 // reading g and x once from memory (the per-layer path reads them in the input gradient's GEMM, its
 // ReLU backward and the weight gradient's GEMM).
 //
-// CTA (q, grp) of a (4, groups) grid holds rows [64 q, 64 q + 64) of dw in one warpgroup's registers
-// (m64n256 accumulators over its group's row blocks: a 256 x 256 float32 sum does not fit one SM)
-// and computes columns [64 q, 64 q + 64) of dx. Each 64-row block of g and x comes by TMA
-// (128-byte swizzled 64-column panels) into a ring of stages; the four CTAs of a group read the same
-// blocks, through L2. Warpgroup 0: dw += g[:, q]^T x by m64n256k16 with both operands MN-major (the
-// rows are the reduction), db by m64n8k16 against a tile of ones. Warpgroup 1: dx[:, q] = g w[:, q]
-// by m64n64k16 (w's quarter resident), masked by x's quarter, stored from registers while the next
-// block's MMAs run. Warpgroup 2: one TMA thread. The groups' float32 partial sums of dw and db are
-// added in a fixed order by a second kernel and rounded once: the same result in every run.
+// CTA (q, grp) of a (4, groups) grid holds columns [64 q, 64 q + 64) of dw in one warpgroup's
+// registers (four m64n64 accumulator sets over its group's row blocks: a 256 x 256 float32 sum does
+// not fit one SM) and computes columns [64 q, 64 q + 64) of dx. Each 64-row block of g and x's quarter
+// q come by TMA (128-byte swizzled 64-column panels) into a ring of stages; the four CTAs of a group
+// read the same g, through L2, and each its own quarter of x. Warpgroup 0: dw[:, q] += g^T x[:, q] by
+// m64n64k16 with both operands MN-major (the rows are the reduction), db[q] by m64n8k16 of g's
+// quarter against a tile of ones. Warpgroup 1: dx[:, q] = g w[:, q] by m64n64k16 (w's quarter
+// resident), masked by x's quarter, written into one of two swizzled shared buffers and stored by TMA
+// while the next block's MMAs run (stored from registers, 4-byte stores held the kernel on the
+// load/store unit; x's quarters, not its whole block, leave the shared memory for the buffers).
+// Warpgroup 2: one TMA thread. The groups' float32 partial sums of dw and db are added in a fixed order by a second
+// kernel and rounded once: the same result in every run.
 // Measured: docs/perf/experiments.md, "A 256-wide layer's backward in one pass".
 #include "ops/fused_ops.h"
 #include "ops/cuda/hopper.h"
@@ -39,20 +42,23 @@ constexpr int kRows = 64;    // a row block
 constexpr int kWidth = 256;  // the layer's inputs and outputs
 constexpr int kPanelBytes = kRows * 128;      // 64 rows x 64 columns
 constexpr int kBlockBytes = 4 * kPanelBytes;  // a [64, 256] block
-constexpr int kStageBytes = 2 * kBlockBytes;  // g's block, then x's
-// Three stages: two let the loads stall (a stage is refilled only after its block's MMAs); four
-// leave no room for w's quarter (experiments.md).
-constexpr int kStages = 3;
+constexpr int kStageBytes = kBlockBytes + kPanelBytes;  // g's block, then x's quarter q
+// Four stages of 40 KB beside w's quarter and dx's two buffers (209 KB); two let the loads stall (a
+// stage is refilled only after its block's MMAs; experiments.md).
+constexpr int kStages = 4;
 constexpr int kWeightBytes = kWidth * 128;  // w[:, quarter]: 256 rows of 64 columns
+constexpr int kDxBufferBytes = kPanelBytes;  // a block's dx quarter: 64 rows x 64 columns
 constexpr int kOnesBytes = 1024;
 constexpr int kThreads = 384;
 constexpr int kAtom = 1024;  // the 128-byte swizzle's unit, and the alignment it needs
-constexpr int kSmemBytes = kStages * kStageBytes + kWeightBytes + kOnesBytes + (2 * kStages + 1) * 8 + kAtom;
+constexpr int kSmemBytes =
+    kStages * kStageBytes + kWeightBytes + 2 * kDxBufferBytes + kOnesBytes + (2 * kStages + 1) * 8 + kAtom;
 
 struct Params {
   CUtensorMap g_map, x_map;  // boxes of 64 columns x 64 rows
   CUtensorMap w_map;         // boxes of 64 columns x 256 rows
-  void* dx;                  // [blocks * 64, 256]: a last block's rows past `rows` land in its padding
+  CUtensorMap dx_map;        // boxes of 64 columns x 64 rows of dx [blocks * 64, 256]: a last block's
+                             // rows past `rows` land in its padding
   float* dw_part;            // [groups, 256, 256]
   float* db_part;            // [groups, 256]
   int64_t blocks;
@@ -77,7 +83,8 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
   unsigned char* const smem = smem_raw + ((kAtom - static_cast<int>(smem_address(smem_raw) % kAtom)) % kAtom);
   unsigned char* const ring = smem;
   unsigned char* const wq = ring + kStages * kStageBytes;
-  unsigned char* const ones = wq + kWeightBytes;
+  unsigned char* const dx_buffers = wq + kWeightBytes;
+  unsigned char* const ones = dx_buffers + 2 * kDxBufferBytes;
   uint64_t* const full = reinterpret_cast<uint64_t*>(ones + kOnesBytes);  // a stage's block landed
   uint64_t* const empty = full + kStages;  // every (working) consumer warp is done with the stage
   uint64_t* const w_full = empty + kStages;
@@ -119,9 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
         for (int j = 0; j < 4; ++j) {
           tma_load(at + j * kPanelBytes, &p.g_map, j * 64, row0, &full[stage]);
         }
-        for (int j = 0; j < 4; ++j) {
-          tma_load(at + kBlockBytes + j * kPanelBytes, &p.x_map, j * 64, row0, &full[stage]);
-        }
+        tma_load(at + kBlockBytes, &p.x_map, q * 64, row0, &full[stage]);
       }
     }
     return;
@@ -135,11 +140,14 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
     }
   };
 
-  if (wg == 0) {  // dw rows [64 q, 64 q + 64) and db
-    float acc[128], dbacc[4];
+  if (wg == 0) {  // dw columns [64 q, 64 q + 64), rows [64 i, 64 i + 64) in acc[i]; db [64 q, 64 q + 64)
+    float acc[4][32], dbacc[4];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) {
-      acc[i] = 0.f;
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        acc[i][j] = 0.f;
+      }
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -152,23 +160,30 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kRows / 16; ++kk) {  // a k16 step: 16 rows, two 8-row groups of 1024 bytes
-        // g's quarter 64 x 16 M-major, x 16 x 256 N-major: the rows are the reduction
-        const uint64_t a = desc_sw128(g + q * kPanelBytes + kk * 2048, kPanelBytes, 1024);
-        wgmma_m64n256k16<T, 1, 1>(acc, a, desc_sw128(g + kBlockBytes + kk * 2048, kPanelBytes, 1024), 1);
-        wgmma_m64n8k16<T, 1, 0>(dbacc, a, ones_desc, 1);
+        // g's quarter i 64 x 16 M-major, x's quarter 16 x 64 N-major: the rows are the reduction
+        const uint64_t b_x = desc_sw128(g + kBlockBytes + kk * 2048, kPanelBytes, 1024);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          wgmma_m64n64k16<T, 1, 1>(acc[i], desc_sw128(g + i * kPanelBytes + kk * 2048, kPanelBytes, 1024), b_x, 1);
+        }
+        wgmma_m64n8k16<T, 1, 0>(dbacc, desc_sw128(g + q * kPanelBytes + kk * 2048, kPanelBytes, 1024), ones_desc, 1);
       }
       wgmma_commit();
       wgmma_wait<0>();  // this block's MMAs are done: its stage is free for the next load at once
       free_stage(b);
     }
-    // rows 64 q + 16 warp + lane / 4 (+ 8), columns 8 j + 2 (lane % 4) (+ 1)
+    // acc[i]: rows 64 i + 16 warp + lane / 4 (+ 8), columns 64 q + 8 j + 2 (lane % 4) (+ 1)
     const int m = q * 64 + warp * 16 + lane / 4;
     float* const dw = p.dw_part + int64_t(grp) * kWidth * kWidth;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int n = 8 * j + 2 * (lane % 4);
-      *reinterpret_cast<float2*>(dw + m * kWidth + n) = make_float2(acc[4 * j], acc[4 * j + 1]);
-      *reinterpret_cast<float2*>(dw + (m + 8) * kWidth + n) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    for (int i = 0; i < 4; ++i) {
+      const int r = 64 * i + warp * 16 + lane / 4;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int n = 64 * q + 8 * j + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(dw + r * kWidth + n) = make_float2(acc[i][4 * j], acc[i][4 * j + 1]);
+        *reinterpret_cast<float2*>(dw + (r + 8) * kWidth + n) = make_float2(acc[i][4 * j + 2], acc[i][4 * j + 3]);
+      }
     }
     if (lane % 4 == 0) {  // column 0 of the product with ones: the row sums of g's quarter, transposed
       p.db_part[int64_t(grp) * kWidth + m] = dbacc[0];
@@ -176,14 +191,15 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
     }
   } else if constexpr (kDx != kNoDx) {  // dx columns [64 q, 64 q + 64)
     mbarrier_wait(w_full, 0);
-    T* const dx = static_cast<T*>(p.dx);
-    // Rows 16 warp + lane / 4 (+ 8 h) of a block, columns 8 j + 2 (lane % 4) of x's quarter (panel q
-    // of the stage's x block, swizzled): the pairs that mask this thread's accumulators.
+    const bool store_leader = tid == 128;  // issues the TMA stores and waits for them
+    int64_t stores = 0;
+    // Rows 16 warp + lane / 4 (+ 8 h) of a block, columns 8 j + 2 (lane % 4) of x's quarter (the
+    // stage's x panel, swizzled): the pairs that mask this thread's accumulators.
     auto read_x = [&](const unsigned char* stage_base, uint32_t (&xr)[16]) {
       if constexpr (kDx == kPlainDx) {
         return;
       }
-      const unsigned char* const xq = stage_base + kBlockBytes + q * kPanelBytes;
+      const unsigned char* const xq = stage_base + kBlockBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = warp * 16 + lane / 4 + 8 * h;
@@ -204,17 +220,30 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
       wgmma_commit();
       fence_operands(acc);
     };
+    // Store n writes buffer n % 2, whose TMA store n - 2 the leader waited for in store n - 1, before
+    // the barrier: one barrier a store.
     auto store = [&](const float (&acc)[32], const uint32_t (&xr)[16], int64_t row0) {
+      unsigned char* const buffer = dx_buffers + (stores & 1) * kDxBufferBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        T* const to = dx + (row0 + warp * 16 + lane / 4 + 8 * h) * kWidth + q * 64 + 2 * (lane % 4);
+        const int r = warp * 16 + lane / 4 + 8 * h;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const uint32_t v = pack2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], T());
-          *reinterpret_cast<uint32_t*>(to + 8 * j) =
+          *reinterpret_cast<uint32_t*>(buffer + r * 128 + ((j ^ (r & 7)) << 4) + (lane % 4) * 4) =
               kDx == kMaskedDx ? v & above_zero_or_nan2(xr[8 * h + j], T()) : v;
         }
       }
+      fence_proxy_async();
+      if (store_leader) {
+        bulk_wait_read<0>();  // store n - 1 has read its buffer: store n + 1 may write it
+      }
+      asm volatile("bar.sync 1, 128;\n" ::: "memory");
+      if (store_leader) {
+        tma_store(&p.dx_map, buffer, q * 64, static_cast<int>(row0));
+        bulk_commit();
+      }
+      ++stores;
     };
     float acc0[32], acc1[32];
     uint32_t xr0[16], xr1[16];
@@ -262,6 +291,9 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
       fence_operands(acc0);
       free_stage(b);
       store(acc0, xr0, row0_of(b));
+    }
+    if (store_leader) {
+      bulk_wait<0>();  // shared memory lives until the stores have read it
     }
   }
 #endif
@@ -379,7 +411,9 @@ std::optional<std::array<at::Tensor, 3>> layer_backward_cuda(
   at::Tensor db_part = at::empty({groups, kWidth}, g.options().dtype(at::kFloat));
   at::Tensor dw = at::empty({kWidth, kWidth}, g.options());
   at::Tensor db = bias_grad ? at::empty({kWidth}, g.options()) : at::Tensor();
-  p.dx = dx.defined() ? dx.data_ptr() : nullptr;
+  if (dx.defined() && !swizzled_tensor_map(p.dx_map, dx, kRows)) {
+    return std::nullopt;
+  }
   p.dw_part = dw_part.data_ptr<float>();
   p.db_part = db_part.data_ptr<float>();
   if (dtype == at::kHalf) {
