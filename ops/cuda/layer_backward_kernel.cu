@@ -17,8 +17,8 @@
 // resident), masked by x's quarter, written into one of two swizzled shared buffers and stored by TMA
 // while the next block's MMAs run (stored from registers, 4-byte stores held the kernel on the
 // load/store unit; x's quarters, not its whole block, leave the shared memory for the buffers).
-// Warpgroup 2: one TMA thread. The groups' float32 partial sums of dw and db are added in a fixed order by a second
-// kernel and rounded once: the same result in every run.
+// Warpgroup 2: one TMA thread. The groups' float32 partial sums of dw and db are added in a fixed
+// order by a second kernel and rounded once: the same result in every run.
 // Measured: docs/perf/experiments.md, "A 256-wide layer's backward in one pass".
 #include "ops/fused_ops.h"
 #include "ops/cuda/hopper.h"
