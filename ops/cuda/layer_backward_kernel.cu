@@ -193,8 +193,11 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
     mbarrier_wait(w_full, 0);
     const bool store_leader = tid == 128;  // issues the TMA stores and waits for them
     int64_t stores = 0;
-    // Rows 16 warp + lane / 4 (+ 8 h) of a block, columns 8 j + 2 (lane % 4) of x's quarter (the
-    // stage's x panel, swizzled): the pairs that mask this thread's accumulators.
+    // Row r, columns 8 j + 2 (lane % 4) (+ 1) of a 64 x 64 panel in the 128-byte swizzle: the byte
+    // offset of this thread's pair, in x's quarter and in dx's buffers alike.
+    auto pair_offset = [&](int r, int j) { return r * 128 + ((j ^ (r & 7)) << 4) + (lane % 4) * 4; };
+    // Rows 16 warp + lane / 4 (+ 8 h) of a block of x's quarter (the stage's x panel): the pairs that
+    // mask this thread's accumulators.
     auto read_x = [&](const unsigned char* stage_base, uint32_t (&xr)[16]) {
       if constexpr (kDx == kPlainDx) {
         return;
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
         const int r = warp * 16 + lane / 4 + 8 * h;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          xr[8 * h + j] = *reinterpret_cast<const uint32_t*>(xq + r * 128 + ((j ^ (r & 7)) << 4) + (lane % 4) * 4);
+          xr[8 * h + j] = *reinterpret_cast<const uint32_t*>(xq + pair_offset(r, j));
         }
       }
     };
@@ -230,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) layer_backward_kernel(const __gri
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           const uint32_t v = pack2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], T());
-          *reinterpret_cast<uint32_t*>(buffer + r * 128 + ((j ^ (r & 7)) << 4) + (lane % 4) * 4) =
+          *reinterpret_cast<uint32_t*>(buffer + pair_offset(r, j)) =
               kDx == kMaskedDx ? v & above_zero_or_nan2(xr[8 * h + j], T()) : v;
         }
       }
