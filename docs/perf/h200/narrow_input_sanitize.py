@@ -4,7 +4,7 @@ scripts/sanitize.sh gpu runs its tools) and PYTORCH_NO_CUDA_MEMORY_CACHING=1 (so
 each tensor's own bounds). Not with `--kernel-name`: with a filter, racecheck fails ("Internal
 Sanitizer Error ... hardware exception") on bf16 cuBLAS GEMMs with no library kernel in the process;
 with the autotuner on, racecheck ends the process whether the kernel runs or not
-(h200/narrow-input-sanitizer-h200.log). initcheck reports every read of a cuBLAS GEMM's output, by
+(h200/narrow-input-sanitizer-h200.log, at d494b0f). initcheck reports every read of a cuBLAS GEMM's output, by
 ATen's kernels too, so its reports of this kernel's gradient reads are not the kernel's. Shapes:
 several row blocks a CTA, a ragged last block, one row, one, two and four 128-row tiles of outputs
 with part of the tile unused, 1 and 16 input features, each choice of gradients (or only the shapes
