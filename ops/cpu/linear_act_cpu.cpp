@@ -64,6 +64,22 @@ bool onednn_float32_blocks() {
 #endif
 }
 
+// A narrow float32 layer's forward takes the AVX2 kernel, its weight packed a call, from one row
+// per this many weight elements: below, the packing costs more than the kernel gains over addmm and
+// a ReLU pass (2-core AMD EPYC, one thread: 64-wide MLP layers gained from 4 rows, 256-wide from
+// about 64; docs/perf/experiments.md#onednn-for-small-row-blocks).
+constexpr int64_t kNarrowPackElementsPerRow = 1024;
+
+// Whether a float32 block of `rows` rows through an [out, in] weight runs faster by oneDNN's inner
+// product than by MKL's addmm on such CPUs. Measured on the 2-core AMD EPYC (1 and 2 threads,
+// docs/perf/experiments.md#onednn-for-small-row-blocks): from 256 rows oneDNN wins or ties at every
+// shape; on weights of 2^18 elements or more also from 64 rows and at 4-15, but it ran 1.2-4x
+// slower at 16-32 rows of those and 1.25x at one, and up to 2x slower below 256 rows of smaller ones.
+bool onednn_float32_block_pays(int64_t rows, int64_t in_features, int64_t out_features) {
+  const bool wide = in_features * out_features >= (int64_t(1) << 18);
+  return rows >= 256 || (wide && (rows >= 64 || (rows >= 4 && rows < 16)));
+}
+
 // PyTorch's oneDNN linear ops, absent where it was built without oneDNN. Called boxed: the schemas
 // are the contract here, not the C++ signatures of ATen's kernels.
 const std::optional<c10::OperatorHandle>& onednn_linear_op() {
@@ -375,9 +391,10 @@ CpuLayer prepare_cpu_layer(
     layer.weight_t = w.t();
     layer.bias = has_bias ? b : std::nullopt;
   }
-  [[maybe_unused]] const int64_t out_features = w.size(0), in_features = w.size(1);
-  [[maybe_unused]] const bool narrow =
-      forward_rows > 0 && out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
+  const int64_t out_features = w.size(0), in_features = w.size(1);
+  [[maybe_unused]] const bool narrow = forward_rows > 0 &&
+      forward_rows * kNarrowPackElementsPerRow >= out_features * in_features &&
+      out_features <= kNarrowGemmMaxOut && in_features <= kNarrowGemmMaxIn;
 #ifdef HYPATIA_WITH_AVX512BF16_GEMM
   if (layer.weight_t.scalar_type() == at::kBFloat16 && bf16_gemm_pays(forward_rows, out_features, in_features)) {
     layer.packed = packed_bf16_weight(w.contiguous(), /*inputs_major=*/false);
@@ -401,7 +418,8 @@ CpuLayer prepare_cpu_layer(
   const bool shared_by_blocks = forward_rows > block_rows;
   // Native half precision already runs oneDNN (its matmul) through ATen, so it gains only where
   // row blocks share one packed weight.
-  const bool onednn = (gemm_type == at::kFloat && onednn_float32_blocks()) ||
+  const bool onednn = (gemm_type == at::kFloat && onednn_float32_blocks() &&
+                       onednn_float32_block_pays(std::min(forward_rows, block_rows), in_features, out_features)) ||
       (at::isReducedFloatingType(gemm_type) && shared_by_blocks);
   // oneDNN has no inner product over zero in-features.
   if (forward_rows > 0 && w.size(1) > 0 && !layer.packed.defined() && onednn && has_onednn()) {

@@ -43,6 +43,14 @@ def cpu_flags():
 ONEDNN_FLOAT32_BLOCKS_CPU = cpu_info("vendor_id") == "AuthenticAMD" and "avx512f" in cpu_flags()
 
 
+def float32_block_takes_onednn(rows: int, k: int, n: int) -> bool:
+    """Whether a float32 row block of `rows` rows through a k -> n layer runs oneDNN's inner product
+    (onednn_float32_block_pays in ops/cpu/linear_act_cpu.cpp): on AMD CPUs with AVX-512, from 256 rows,
+    and on weights of 2^18 elements or more also from 64 rows and at 4-15."""
+    wide = n * k >= 1 << 18
+    return ONEDNN_FLOAT32_BLOCKS_CPU and (rows >= 256 or (wide and (rows >= 64 or 4 <= rows < 16)))
+
+
 def f32_weight_grad_runs(rows: int, n: int, k: int) -> bool:
     """Whether a float32 layer of n output and k input features over `rows` rows takes the library's
     weight-gradient kernel (cpu_weight_grads in ops/cpu/linear_act_cpu.cpp): AMD CPUs with AVX-512,

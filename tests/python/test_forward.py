@@ -3,7 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, bf16_kernel_runs, cpu_flags, rel_error
+from conftest import (ONEDNN_FLOAT32_BLOCKS_CPU, TOLERANCE, bf16_kernel_runs, cpu_flags, float32_block_takes_onednn,
+                      rel_error)
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 SHAPES = [  # (input shape, out_features)
@@ -171,17 +172,39 @@ def test_compute_bound_layer_keeps_eager_semantics(device, bias):
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
-@pytest.mark.parametrize("mkn, compute_bound", [((3000, 300, 520), True), ((256, 256, 512), False), ((4096, 64, 4096), False)])
+@pytest.mark.parametrize("mkn, compute_bound", [
+    ((3000, 300, 520), True), ((256, 256, 512), False), ((4096, 64, 4096), False),
+    ((64, 1024, 1024), False), ((16, 1024, 1024), False), ((63, 1024, 1024), False), ((8, 1024, 1024), False),
+    ((1, 1024, 1024), False), ((1, 512, 300), False)])
 def test_cpu_float32_layer_takes_onednn_where_it_is_faster(mkn, compute_bound):
     """One oneDNN inner product from 256 in_features and 2^27 multiply-adds; below, row blocks by
-    oneDNN on AMD CPUs with AVX-512 (where MKL's sgemm runs AVX2 code), by MKL elsewhere."""
+    oneDNN on AMD CPUs with AVX-512 (where MKL's sgemm runs AVX2 code) where the block has the rows
+    for it to pay, by MKL elsewhere."""
     m, k, n = mkn
     x, (w, b) = torch.randn(m, k), layer(k, n, torch.float32, "cpu")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         out = torch.ops.hypatia.fused_linear_relu(x, w, b)
-    onednn = compute_bound or ONEDNN_FLOAT32_BLOCKS_CPU
+    onednn = compute_bound or float32_block_takes_onednn(m, k, n)
     assert ("mkldnn::_linear_pointwise" in {e.name for e in prof.events()}) == onednn
     assert rel_error(out, reference_linear_relu(x, w, b)) < TOLERANCE[torch.float32]
+
+
+@pytest.mark.skipif("avx2" not in cpu_flags() or "fma" not in cpu_flags(), reason="the narrow kernel needs AVX2 and FMA")
+@pytest.mark.parametrize("rows, width", [(1, 256), (63, 256), (64, 256), (3, 64), (4, 64), (300, 256)])
+def test_cpu_narrow_float32_layers_pack_their_weight_only_where_the_rows_pay(rows, width):
+    """A narrow float32 layer runs the library's AVX2 kernel (its weight packed a call) from one row per
+    1024 weight elements, and addmm below: few-row calls ran up to 2x slower with the packing."""
+    torch.manual_seed(2)
+    x = torch.randn(rows, width)
+    params = [layer(width, width, torch.float32, "cpu") for _ in range(2)]
+    ws, bs = [w for w, _ in params], [b for _, b in params]
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = torch.ops.hypatia.fused_mlp(x, ws, bs, True)
+    assert ("aten::addmm" in {e.name for e in prof.events()}) == (rows * 1024 < width * width)
+    ref = x.double()
+    for w, b in params:
+        ref = F.relu(F.linear(ref, w.double(), b.double()))
+    assert rel_error(out, ref) < TOLERANCE[torch.float32]
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch built without oneDNN")
