@@ -74,7 +74,8 @@ constexpr int64_t kNarrowPackElementsPerRow = 1024;
 // product than by MKL's addmm on such CPUs. Measured on the 2-core AMD EPYC (1 and 2 threads,
 // docs/perf/experiments.md#onednn-for-small-row-blocks): from 256 rows oneDNN wins or ties at every
 // shape; on weights of 2^18 elements or more also from 64 rows and at 4-15, but it ran 1.2-4x
-// slower at 16-32 rows of those and 1.25x at one, and up to 2x slower below 256 rows of smaller ones.
+// slower at 16-32 rows of those and 1.4x at one row of a 256 x 1024 one, and up to 2x slower below
+// 256 rows of smaller ones.
 bool onednn_float32_block_pays(int64_t rows, int64_t in_features, int64_t out_features) {
   const bool wide = in_features * out_features >= (int64_t(1) << 18);
   return rows >= 256 || (wide && (rows >= 64 || (rows >= 4 && rows < 16)));
